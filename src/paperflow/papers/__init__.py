@@ -1,0 +1,1 @@
+"""One module per paper; each calls paperflow.registry.register_paper at import time."""
