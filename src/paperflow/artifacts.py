@@ -23,6 +23,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb") as fh:  # make the bytes durable before the rename publishes them
             os.fsync(fh.fileno())
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600 files; publish with normal modes
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -74,3 +75,9 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "tolist"):
         return obj.tolist()
     raise TypeError(f"cannot serialise {type(obj).__name__} to JSON")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

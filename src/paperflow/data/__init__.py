@@ -1,0 +1,1 @@
+"""Loaders of real data (shared/DATA.md) and derived sets."""

