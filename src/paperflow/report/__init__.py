@@ -1,0 +1,151 @@
+"""The claims report: reports/claims.csv, reports/claims.md, reports/index.html, reports/figures/."""
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..artifacts import save_text, write_atomic
+from ..config import Settings
+from ..registry import get_paper
+from . import figures
+from .claims import claims_frame, claims_rows
+
+VERDICT_COLOR = {"reproduced": "#1a7f37", "inconclusive": "#9a6700", "not reproduced": "#cf222e"}
+
+
+def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | None = None) -> Path:
+    results = root / "results"
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    all_rows: list[dict[str, Any]] = []
+    sections = []
+    for pid in settings.papers:
+        spec, cfg = get_paper(pid), settings.config(pid)
+        table = pl.read_csv(results / pid / "metrics.csv")
+        rows = claims_rows(spec, cfg, table, settings.profile)
+        all_rows.extend(rows)
+        figs = []
+        curve = figures.learning_curves(results, pid, spec.variants, settings.seeds, fig_dir / f"{pid}_curves.png")
+        if curve:
+            figs.append(curve)
+        comps = list(spec.comparisons(cfg))
+        if spec.figure == "layer_profile":
+            level = next((c.level for c in comps if c.level), None)
+            if level and (f := figures.layer_profile_figure(table, pid, level, fig_dir / f"{pid}_layers.png")):
+                figs.append(f)
+        if comps and (f := figures.compression_figure(table, pid, comps[0].metric, fig_dir / f"{pid}_compression.png")):
+            figs.append(f)
+        sections.append((spec, rows, figs, _timing(table)))
+    frame = claims_frame(all_rows)
+    write_atomic(out / "claims.csv", lambda p: frame.write_csv(p))
+    save_text(_markdown(sections, settings), out / "claims.md")
+    index = save_text(_html(sections, settings, out), out / "index.html")
+    if tracking_uri:
+        _track(tracking_uri, settings, out)
+    return index
+
+
+def _timing(table: pl.DataFrame) -> dict[str, float]:
+    return {c: float(table[c].sum()) for c in table.columns if c.startswith("time/") and table[c].dtype.is_numeric()}
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "n/a"
+        return f"{x:.4g}"
+    return str(x)
+
+
+def _markdown(sections, settings: Settings) -> str:
+    lines = [
+        "# paperflow claims report",
+        "",
+        f"Profile `{settings.profile}`, seeds {list(settings.seeds)}. Verdicts come from paired differences over seeds "
+        "with a 95% t interval (reproduced / inconclusive / not reproduced); nothing is hard-coded.",
+        "",
+    ]
+    for spec, rows, _figs, timing in sections:
+        lines += [f"## {spec.id}: {spec.title}", "", f"**Claim:** {spec.claim}", "", f"**Data:** {spec.data}", ""]
+        if spec.substitutions:
+            lines += [f"**Substitutions:** {spec.substitutions}", ""]
+        if spec.compression:
+            lines += [f"**Compression stage:** {spec.compression}", ""]
+        lines += [
+            "| comparison | metric | method (mean ± sd) | baseline (mean ± sd) | delta [95% CI] | n | verdict |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['comparison']} | {r['metric']} ({r['better']} is better{', close' if r['kind'] == 'close' else ''}) "
+                f"| {_fmt(r['method_mean'])} ± {_fmt(r['method_std'])} | {_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])} "
+                f"| {_fmt(r['delta'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | {r['n_seeds']} | **{r['verdict']}** |"
+            )
+        lines += [""] + [f"- {r['comparison']}: {r['reason']}" for r in rows]
+        if timing:
+            lines += ["", "Time spent (s, all jobs): " + ", ".join(f"{k[5:]} {v:.1f}" for k, v in sorted(timing.items()))]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _html(sections, settings: Settings, out: Path) -> str:
+    e = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>paperflow report</title>",
+        "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#1f2328}"
+        "table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px solid #d0d7de;padding:.3em .5em}"
+        "th{background:#f6f8fa}.v{font-weight:600;color:#fff;padding:.1em .4em;border-radius:4px}"
+        "img{max-width:100%;margin:.3em 0}.note{color:#59636e;font-size:.9em}</style></head><body>",
+        f"<h1>paperflow claims report</h1><p class='note'>Profile <b>{e(settings.profile)}</b>, seeds {list(settings.seeds)}. "
+        "Each verdict is computed from paired per-seed differences with a 95% Student-t interval. "
+        "Tables: <a href='claims.csv'>claims.csv</a>, <a href='claims.md'>claims.md</a>.</p>",
+        "<table><tr><th>paper</th><th>comparison</th><th>verdict</th></tr>",
+    ]
+    for spec, rows, _f, _t in sections:
+        for r in rows:
+            parts.append(f"<tr><td><a href='#{e(spec.id)}'>{e(spec.id)}</a></td><td>{e(r['comparison'])}</td><td>{_badge(r['verdict'])}</td></tr>")
+    parts.append("</table>")
+    for spec, rows, figs, timing in sections:
+        parts += [
+            f"<h2 id='{e(spec.id)}'>{e(spec.id)}: {e(spec.title)}</h2>",
+            f"<p><b>Claim:</b> {e(spec.claim)}</p><p><b>Data:</b> {e(spec.data)}</p>",
+        ]
+        if spec.substitutions:
+            parts.append(f"<p><b>Substitutions:</b> {e(spec.substitutions)}</p>")
+        if spec.compression:
+            parts.append(f"<p><b>Compression stage:</b> {e(spec.compression)}</p>")
+        parts.append(
+            "<table><tr><th>comparison</th><th>metric</th><th>method</th><th>baseline</th><th>delta [95% CI]</th>"
+            "<th>n</th><th>compressed (method / baseline)</th><th>verdict</th></tr>"
+        )
+        for r in rows:
+            parts.append(
+                f"<tr><td>{e(r['comparison'])}</td><td>{e(r['metric'])} ({e(r['better'])} better)</td>"
+                f"<td>{_fmt(r['method_mean'])} ± {_fmt(r['method_std'])}</td><td>{_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])}</td>"
+                f"<td>{_fmt(r['delta'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]</td><td>{r['n_seeds']}</td>"
+                f"<td>@{e(str(r['compressed_level']))}: {_fmt(r['compressed_method_mean'])} / {_fmt(r['compressed_baseline_mean'])}</td>"
+                f"<td>{_badge(r['verdict'])}<div class='note'>{e(r['reason'])}</div></td></tr>"
+            )
+        parts.append("</table>")
+        for f in figs:
+            parts.append(f"<img src='{e(str(Path(f).relative_to(out)))}' alt='{e(Path(f).stem)}'>")
+        if timing:
+            parts.append("<p class='note'>Time spent (s, all jobs): " + ", ".join(f"{e(k[5:])} {v:.1f}" for k, v in sorted(timing.items())) + "</p>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _badge(verdict: str) -> str:
+    return f"<span class='v' style='background:{VERDICT_COLOR.get(verdict, '#59636e')}'>{html.escape(verdict)}</span>"
+
+
+def _track(uri: str, settings: Settings, out: Path) -> None:
+    from .. import tracking
+
+    with tracking.stage_run(uri, paper="report", stage="report", tags={"profile": settings.profile}, run_name=f"report__{settings.profile}") as run:
+        for name in ("claims.csv", "claims.md", "index.html"):
+            run.log_artifact(out / name)

@@ -1,0 +1,111 @@
+"""Report figures (matplotlib, Agg): learning curves and the compression figure of each paper."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import polars as pl  # noqa: E402
+
+
+def _mean_curve(curves: list[list[list[float]]]) -> tuple[list[float], list[float]]:
+    """Mean over seeds of step-aligned curves [[step, value], ...] (steps common to all seeds)."""
+    by_step: dict[float, list[float]] = {}
+    for curve in curves:
+        for step, value in curve:
+            by_step.setdefault(step, []).append(value)
+    steps = sorted(s for s, v in by_step.items() if len(v) == len(curves))
+    return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
+
+
+def learning_curves(results: Path, paper: str, variants: Sequence[str], seeds: Sequence[int], out: Path) -> Path | None:
+    loaded = {}
+    for v in variants:
+        runs = []
+        for s in seeds:
+            path = results / paper / v / f"seed{s}" / "curves.json"
+            if path.exists():
+                runs.append(json.loads(path.read_text()))
+        if runs:
+            loaded[v] = runs
+    keys = sorted({k for runs in loaded.values() for run in runs for k in run})
+    if not keys:
+        return None
+    shown = [k for k in ("train/loss", "val/loss") if k in keys] or keys[:2]
+    fig, axes = plt.subplots(1, len(shown), figsize=(5.2 * len(shown), 3.6), squeeze=False)
+    for ax, key in zip(axes[0], shown):
+        for v, runs in loaded.items():
+            steps, values = _mean_curve([r[key] for r in runs if key in r])
+            if steps:
+                ax.plot(steps, values, label=v, lw=1.4)
+        ax.set_title(f"{paper}: {key} (mean of {len(seeds)} seeds)")
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def compression_figure(table: pl.DataFrame, paper: str, metric: str, out: Path, log_y: bool = False) -> Path | None:
+    """Metric vs compression level (numeric levels; the dense model at level 0), mean over seeds."""
+    pattern = re.compile(rf"^compressed@([0-9.]+)/{re.escape(metric)}$")
+    levels = sorted((float(m.group(1)), c) for c in table.columns if (m := pattern.match(c)))
+    if not levels:
+        return None
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    for variant in table["variant"].unique(maintain_order=True):
+        sub = table.filter(pl.col("variant") == variant)
+        xs, ys = [], []
+        if f"dense/{metric}" in table.columns:
+            xs.append(0.0)
+            ys.append(sub[f"dense/{metric}"].mean())
+        for level, col in levels:
+            xs.append(level)
+            ys.append(sub[col].mean())
+        ax.plot(xs, ys, marker="o", label=variant)
+    if log_y or _spans_decades(table, [c for _, c in levels]):
+        ax.set_yscale("log")
+    ax.set_xlabel("sparsity (0 = dense)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{paper}: {metric} vs compression")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def layer_profile_figure(table: pl.DataFrame, paper: str, level: str, out: Path) -> Path | None:
+    """Per-layer sparsity at one level (columns compressed@<level>/layer_sparsity_<i>), mean over seeds."""
+    pattern = re.compile(rf"^compressed@{re.escape(level)}/layer_sparsity_(\d+)$")
+    cols = sorted((int(m.group(1)), c) for c in table.columns if (m := pattern.match(c)))
+    if not cols:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for variant in table["variant"].unique(maintain_order=True):
+        sub = table.filter(pl.col("variant") == variant)
+        ax.plot([i for i, _ in cols], [sub[c].mean() for _, c in cols], marker=".", label=variant)
+    ax.set_xlabel("layer (decoder block)")
+    ax.set_ylabel("sparsity")
+    ax.set_title(f"{paper}: per-layer sparsity at target {level}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _spans_decades(table: pl.DataFrame, cols: list[str]) -> bool:
+    values = [v for c in cols for v in table[c].drop_nulls().to_list() if v and v > 0 and math.isfinite(v)]
+    return bool(values) and max(values) / min(values) > 30

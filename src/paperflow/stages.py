@@ -1,0 +1,219 @@
+"""The stage runner: what one Snakemake job does (prepare, train, compress, evaluate, collect).
+
+Each function loads its inputs, calls the paper's pure function, writes its outputs atomically and
+tracks the stage as a nested MLflow run. Paths (DESIGN.md):
+    results/{paper}/data/data.pt
+    results/{paper}/{variant}/seed{seed}/{model.pt, curves.json, run.json, compressed.pt, metrics.json}
+    results/{paper}/metrics.csv   (one row per variant and seed, after the paper's derive())
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import artifacts, tracking
+from .config import Settings, config_dict, flatten
+from .registry import get_paper
+from .spec import Resources
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a stage needs besides its wildcards."""
+
+    root: Path  # repository root (results/, resources/ live here)
+    settings: Settings
+    tracking_uri: str | None  # None = tracking off
+    threads: int = 1
+
+    def run_dir(self, paper: str, variant: str, seed: int) -> Path:
+        return self.root / "results" / paper / variant / f"seed{seed}"
+
+    def data_path(self, paper: str) -> Path:
+        return self.root / "results" / paper / "data" / "data.pt"
+
+    def tags(self, **extra: Any) -> dict[str, str]:
+        return {"profile": self.settings.profile, "git_commit": git_commit(self.root), **{k: str(v) for k, v in extra.items()}}
+
+
+def git_commit(root: Path) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def set_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, int(n)))
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def _tracked(ctx: Context, paper: str, stage: str, parent_id: str | None, finish_parent: bool = False, **tags: Any) -> Iterator[Any]:
+    if ctx.tracking_uri is None:
+        yield tracking.NullStageRun()
+        return
+    with tracking.stage_run(
+        ctx.tracking_uri, paper=paper, stage=stage, tags=ctx.tags(**tags), parent_id=parent_id, finish_parent=finish_parent
+    ) as run:
+        yield run
+
+
+def _progress(msg: str) -> None:
+    print(f"[paperflow] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------ stages
+def prepare(ctx: Context, paper: str) -> Path:
+    spec, cfg = get_paper(paper), ctx.settings.config(paper)
+    set_threads(ctx.threads)
+    seed_everything(0)
+    from .data.resources import get_resource
+
+    res = Resources(
+        root=str(ctx.root / "resources"),
+        paths={name: str(ctx.root / "resources" / get_resource(name).output) for name in spec.resources},
+    )
+    _progress(f"{paper}: prepare")
+    with _tracked(ctx, paper, "prepare", None, variant="data", seed="-") as run:
+        run.log_params(flatten(config_dict(cfg)))
+        t0 = time.perf_counter()
+        data = spec.prepare(cfg, res)
+        out = artifacts.save_torch(data, ctx.data_path(paper))
+        run.log_final({"time/prepare_s": time.perf_counter() - t0})
+    return out
+
+
+def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
+    spec, cfg = get_paper(paper), ctx.settings.config(paper)
+    if variant not in spec.variants:
+        raise ValueError(f"{paper} has no variant {variant!r}; variants: {', '.join(spec.variants)}")
+    set_threads(ctx.threads)
+    data = artifacts.load_torch(ctx.data_path(paper))
+    out_dir = ctx.run_dir(paper, variant, seed)
+    parent = None
+    if ctx.tracking_uri is not None:
+        parent = tracking.create_parent_run(ctx.tracking_uri, paper, variant, seed, ctx.tags())
+    curves: dict[str, list[list[float]]] = {}
+    _progress(f"{paper}/{variant}/seed{seed}: train")
+    with _tracked(ctx, paper, "train", parent, variant=variant, seed=seed) as run:
+        run.log_params({"variant": variant, "seed": seed, **flatten(config_dict(cfg))}, also_parent=True)
+        last_print = [time.monotonic()]
+
+        def log(step: int, **metrics: float) -> None:
+            for key, value in metrics.items():
+                curves.setdefault(key, []).append([int(step), float(value)])
+            run.log(step, **metrics)
+            if time.monotonic() - last_print[0] > 15:  # progress on long jobs
+                shown = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if "loss" in k)
+                _progress(f"{paper}/{variant}/seed{seed}: step {step} {shown}")
+                last_print[0] = time.monotonic()
+
+        seed_everything(seed)
+        t0 = time.perf_counter()
+        model = spec.train(cfg, data, variant, seed, log)
+        seconds = time.perf_counter() - t0
+        artifacts.save_torch(model, out_dir / "model.pt")
+        artifacts.save_json(curves, out_dir / "curves.json")
+        run.log_final({"time/train_s": seconds, "time/logging_s": run.seconds_logging})
+        run.log_artifact(out_dir / "curves.json")
+    artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri, "train_s": seconds}, out_dir / "run.json")
+    return out_dir / "model.pt"
+
+
+def _parent(ctx: Context, paper: str, variant: str, seed: int) -> str | None:
+    """The (variant, seed) parent run made by train; a new one if the store no longer has it."""
+    if ctx.tracking_uri is None:
+        return None
+    info_path = ctx.run_dir(paper, variant, seed) / "run.json"
+    info = artifacts.load_json(info_path) if info_path.exists() else {}
+    parent = info.get("parent_run_id")
+    if info.get("tracking_uri") == ctx.tracking_uri and tracking.parent_exists(ctx.tracking_uri, parent):
+        return parent
+    return tracking.create_parent_run(ctx.tracking_uri, paper, variant, seed, ctx.tags())
+
+
+def compress(ctx: Context, paper: str, variant: str, seed: int) -> Path:
+    spec, cfg = get_paper(paper), ctx.settings.config(paper)
+    set_threads(ctx.threads)
+    run_dir = ctx.run_dir(paper, variant, seed)
+    data = artifacts.load_torch(ctx.data_path(paper))
+    model = artifacts.load_torch(run_dir / "model.pt")
+    _progress(f"{paper}/{variant}/seed{seed}: compress")
+    with _tracked(ctx, paper, "compress", _parent(ctx, paper, variant, seed), variant=variant, seed=seed) as run:
+        seed_everything(seed)
+        t0 = time.perf_counter()
+        levels = spec.compress(cfg, model, data, variant, seed) if spec.compress else None
+        out = artifacts.save_torch({"levels": dict(levels or {})}, run_dir / "compressed.pt")
+        run.log_final({"time/compress_s": time.perf_counter() - t0}, also_parent=False)
+    return out
+
+
+def evaluate(ctx: Context, paper: str, variant: str, seed: int) -> Path:
+    spec, cfg = get_paper(paper), ctx.settings.config(paper)
+    set_threads(ctx.threads)
+    run_dir = ctx.run_dir(paper, variant, seed)
+    data = artifacts.load_torch(ctx.data_path(paper))
+    model = artifacts.load_torch(run_dir / "model.pt")
+    levels = artifacts.load_torch(run_dir / "compressed.pt")["levels"]
+    _progress(f"{paper}/{variant}/seed{seed}: evaluate dense + {len(levels)} compressed level(s)")
+    parent = _parent(ctx, paper, variant, seed)
+    with _tracked(ctx, paper, "evaluate", parent, finish_parent=True, variant=variant, seed=seed) as run:
+        seed_everything(seed)
+        t0 = time.perf_counter()
+        metrics = {f"dense/{k}": float(v) for k, v in spec.evaluate(cfg, model, data).items()}
+        for level, compressed in levels.items():
+            metrics.update({f"compressed@{level}/{k}": float(v) for k, v in spec.evaluate(cfg, compressed, data).items()})
+        timing = {"time/evaluate_s": time.perf_counter() - t0}
+        info = artifacts.load_json(run_dir / "run.json")
+        timing["time/train_s"] = info.get("train_s", float("nan"))
+        record = {"paper": paper, "variant": variant, "seed": seed, "profile": ctx.settings.profile, "metrics": metrics, "timing": timing}
+        out = artifacts.save_json(record, run_dir / "metrics.json")
+        run.log_final({**metrics, **timing})
+        run.log_artifact(out)
+    return out
+
+
+def collect(ctx: Context, paper: str) -> Path:
+    """results/{paper}/metrics.csv: one row per (variant, seed), derived metrics added."""
+    import polars as pl
+
+    spec, cfg = get_paper(paper), ctx.settings.config(paper)
+    rows = []
+    for variant in spec.variants:
+        for seed in ctx.settings.seeds:
+            record = artifacts.load_json(ctx.run_dir(paper, variant, seed) / "metrics.json")
+            rows.append({"paper": paper, "variant": variant, "seed": seed, **record["metrics"], **record["timing"]})
+    if spec.derive is not None:
+        rows = spec.derive(cfg, rows)
+    columns = sorted({k for row in rows for k in row} - {"paper", "variant", "seed"})
+    table = pl.DataFrame(
+        [{"paper": r["paper"], "variant": r["variant"], "seed": r["seed"], **{c: r.get(c) for c in columns}} for r in rows],
+        schema={"paper": pl.Utf8, "variant": pl.Utf8, "seed": pl.Int64, **{c: pl.Float64 for c in columns}},
+    )
+    out = ctx.root / "results" / paper / "metrics.csv"
+    artifacts.write_atomic(out, lambda p: table.write_csv(p))
+    return out
+
+
+def resource(root: Path, name: str, sources_dir: Path) -> str:
+    from .data.resources import build_resource
+
+    _progress(f"resource {name}: build")
+    return build_resource(name, sources_dir, root / "resources")

@@ -1,0 +1,214 @@
+"""MLflow tracking: the only module that imports mlflow.
+
+Layout in the store: one experiment per paper; one parent run per (variant, seed), named
+`{paper}__{variant}__seed{seed}` (cleanrl-style), created by the train stage; one nested run per stage
+(prepare, train, compress, evaluate) under it. Every run carries the tags paper, variant, seed, stage,
+profile and git_commit, so selecting the method and baseline parent runs and pressing Compare in the
+UI shows their params and final metrics side by side.
+
+Safe under parallel Snakemake jobs on the embedded sqlite store:
+- the schema and the experiments are created once, before any job starts (`init_store`, called from
+  the Snakefile's onstart): concurrent first use of a fresh sqlite file races on schema creation;
+- every write is retried with backoff when sqlite reports "database is locked";
+- metrics are buffered and sent with log_batch (few transactions, low overhead);
+- a stage that raises marks its run (and its parent) FAILED before the error propagates.
+The URI is absolute (a relative sqlite path makes stray stores when a tool runs in another folder).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, TypeVar
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+T = TypeVar("T")
+_RETRYABLE = ("database is locked", "database table is locked", "unique constraint", "already exists", "busy")
+
+
+def default_uri(repo_root: str | Path) -> str:
+    return f"sqlite:///{Path(repo_root).resolve() / 'mlflow.db'}"
+
+
+def _retry(fn: Callable[..., T], *args: Any, attempts: int = 30, **kwargs: Any) -> T:
+    delay = 0.05
+    for attempt in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as err:  # mlflow wraps sqlalchemy errors in MlflowException
+            if attempt == attempts - 1 or not any(s in str(err).lower() for s in _RETRYABLE):
+                raise
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 1.6, 2.0)
+    raise AssertionError("unreachable")
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _artifact_root(uri: str) -> str | None:
+    """Artifacts of a sqlite store live beside it (mlartifacts/), at an absolute path."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+    return None  # a server decides
+
+
+def experiment_id(uri: str, name: str) -> str:
+    client = _client(uri)
+
+    def get_or_create() -> str:
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        root = _artifact_root(uri)
+        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None)
+
+    return _retry(get_or_create)
+
+
+def init_store(uri: str, experiments: list[str]) -> None:
+    """Create the store's schema and the experiments once, before parallel jobs start."""
+    for name in experiments:
+        experiment_id(uri, name)
+
+
+@dataclass
+class StageRun:
+    """A live nested run; `log` buffers per-step metrics, flushed in batches."""
+
+    uri: str
+    run_id: str
+    parent_id: str | None
+    flush_every_s: float = 5.0
+    _buffer: list[Any] = field(default_factory=list)
+    _last_flush: float = field(default_factory=time.monotonic)
+    seconds_logging: float = 0.0
+
+    def log(self, step: int, **metrics: float) -> None:
+        from mlflow.entities import Metric
+
+        t0 = time.perf_counter()
+        now = int(time.time() * 1000)
+        self._buffer.extend(Metric(k, float(v), now, int(step)) for k, v in metrics.items())
+        if len(self._buffer) >= 900 or time.monotonic() - self._last_flush > self.flush_every_s:
+            self.flush()
+        self.seconds_logging += time.perf_counter() - t0
+
+    def log_final(self, metrics: Mapping[str, float], also_parent: bool = True) -> None:
+        """Final metrics on the stage run and (for side-by-side Compare) on the parent run."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(_clean(k), float(v), now, 0) for k, v in metrics.items()]
+        targets = [self.run_id] + ([self.parent_id] if also_parent and self.parent_id else [])
+        for run_id in targets:
+            for i in range(0, len(items), 900):
+                _retry(_client(self.uri).log_batch, run_id, metrics=items[i : i + 900])
+
+    def log_params(self, params: Mapping[str, Any], also_parent: bool = False) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(_clean(k), str(v)[:6000]) for k, v in params.items()]
+        targets = [self.run_id] + ([self.parent_id] if also_parent and self.parent_id else [])
+        for run_id in targets:
+            for i in range(0, len(items), 90):
+                _retry(_client(self.uri).log_batch, run_id, params=items[i : i + 90])
+
+    def log_artifact(self, path: str | Path) -> None:
+        if Path(path).exists():
+            _retry(_client(self.uri).log_artifact, self.run_id, str(path))
+
+    def flush(self) -> None:
+        if self._buffer:
+            batch, self._buffer = self._buffer, []
+            for i in range(0, len(batch), 900):
+                _retry(_client(self.uri).log_batch, self.run_id, metrics=batch[i : i + 900])
+        self._last_flush = time.monotonic()
+
+
+def _clean(key: str) -> str:
+    """MLflow keys allow alphanumerics, _ - . space / : only."""
+    return "".join(c if c.isalnum() or c in "_-. /:" else "_" for c in key)
+
+
+def create_parent_run(uri: str, paper: str, variant: str, seed: int, tags: Mapping[str, str]) -> str:
+    """A new (variant, seed) parent run; the train stage creates one per training."""
+    client = _client(uri)
+    exp = experiment_id(uri, paper)
+    run = _retry(
+        client.create_run,
+        exp,
+        run_name=f"{paper}__{variant}__seed{seed}",
+        tags={**tags, "paper": paper, "variant": variant, "seed": str(seed), "stage": "run"},
+    )
+    return run.info.run_id
+
+
+def parent_exists(uri: str, run_id: str | None) -> bool:
+    if not run_id:
+        return False
+    try:
+        _retry(_client(uri).get_run, run_id)
+        return True
+    except Exception:
+        return False
+
+
+def set_run_status(uri: str, run_id: str, status: str) -> None:
+    _retry(_client(uri).set_terminated, run_id, status=status)
+
+
+@contextlib.contextmanager
+def stage_run(
+    uri: str,
+    *,
+    paper: str,
+    stage: str,
+    tags: Mapping[str, str],
+    parent_id: str | None = None,
+    run_name: str | None = None,
+    finish_parent: bool = False,
+) -> Iterator[StageRun]:
+    """A nested run for one stage; FAILED (with its parent) if the block raises, else FINISHED."""
+    client = _client(uri)
+    exp = experiment_id(uri, paper)
+    all_tags = {**tags, "paper": paper, "stage": stage}
+    if parent_id:
+        all_tags["mlflow.parentRunId"] = parent_id
+    run = _retry(client.create_run, exp, run_name=run_name or stage, tags=all_tags)
+    live = StageRun(uri=uri, run_id=run.info.run_id, parent_id=parent_id)
+    try:
+        yield live
+    except BaseException as err:
+        with contextlib.suppress(Exception):
+            live.flush()
+            _retry(client.set_tag, live.run_id, "error", f"{type(err).__name__}: {err}"[:5000])
+            set_run_status(uri, live.run_id, "FAILED")
+            if parent_id:
+                set_run_status(uri, parent_id, "FAILED")
+        raise
+    live.flush()
+    set_run_status(uri, live.run_id, "FINISHED")
+    if parent_id and finish_parent:
+        set_run_status(uri, parent_id, "FINISHED")
+
+
+class NullStageRun:
+    """Stand-in when tracking is switched off (benchmarks measure the overhead against it)."""
+
+    run_id = parent_id = None
+    seconds_logging = 0.0
+
+    def log(self, step: int, **metrics: float) -> None: ...
+    def log_final(self, metrics: Mapping[str, float], also_parent: bool = True) -> None: ...
+    def log_params(self, params: Mapping[str, Any], also_parent: bool = False) -> None: ...
+    def log_artifact(self, path: str | Path) -> None: ...
+    def flush(self) -> None: ...

@@ -1,0 +1,67 @@
+"""Bad input fails before any job starts, with one message naming the fix, and writes nothing."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from conftest import PYTHON, ROOT, SNAKEMAKE, copy_checkout, run
+
+
+@pytest.fixture()
+def checkout(tmp_path):
+    ws = copy_checkout(tmp_path / "ws")
+    shutil.rmtree(ws / "resources", ignore_errors=True)
+    (ws / "resources").symlink_to(ROOT / "resources")
+    return ws
+
+
+def _edit_params(ws, edit):
+    params = yaml.safe_load((ws / "params.yaml").read_text())
+    edit(params)
+    (ws / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def _fails(ws, *extra, expect: str):
+    proc = run(SNAKEMAKE + ["--cores", "8", "all", *extra], ws, check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert expect in out, out[-3000:]
+    assert not (ws / "results").exists() and not (ws / "reports").exists(), "a job ran"
+    return out
+
+
+def test_unknown_paper_id(checkout):
+    out = _fails(checkout, "--config", "only=[owll]", expect="unknown paper id 'owll'")
+    assert "did you mean owl" in out
+
+
+def test_unknown_params_key(checkout):
+    _edit_params(checkout, lambda p: p["papers"]["owl"].update(sparsityy=0.5))
+    _fails(checkout, expect="papers.owl: unknown key(s) ['sparsityy']")
+
+
+def test_sparsity_out_of_range(checkout):
+    _edit_params(checkout, lambda p: p["papers"]["owl"].update(sparsity=1.0))
+    _fails(checkout, expect="sparsity")
+
+
+def test_negative_learning_rate(checkout):
+    _edit_params(checkout, lambda p: p["papers"]["dcmha"].update(lr=-1e-3))
+    _fails(checkout, expect="lr")
+
+
+def test_unknown_profile(checkout):
+    _fails(checkout, "--config", "profile=huge", expect="profile 'huge' is not defined")
+
+
+def test_missing_data_source(checkout, tmp_path):
+    shutil.rmtree(checkout / "resources") if not (checkout / "resources").is_symlink() else (checkout / "resources").unlink()
+    (tmp_path / "empty").mkdir()
+    _fails(checkout, "--config", f"sources_dir={tmp_path / 'empty'}", "only=[dcmha]", expect="Install it with: pip download")
+
+
+def test_cli_reports_bad_paper(checkout):
+    proc = run([PYTHON, "-m", "paperflow.cli", "stage", "prepare", "--paper", "nope"], checkout, check=False)
+    assert proc.returncode == 2 and "unknown paper id 'nope'" in proc.stderr

@@ -1,0 +1,78 @@
+"""The shared loop, atomic artifacts, magnitude pruning and the transformer."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from paperflow import artifacts
+from paperflow.compress.magnitude import global_magnitude_masks, layer_magnitude_mask
+from paperflow.loop import cosine_lr, train_loop
+from paperflow.nn.transformer import TransformerConfig, TransformerLM
+
+
+def test_atomic_write_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "a.json"
+
+    def boom(path):
+        path.write_text("partial")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        artifacts.write_atomic(target, boom)
+    assert not target.exists() and os.listdir(tmp_path) == []
+    artifacts.save_json({"x": 1}, target)
+    assert artifacts.load_json(target) == {"x": 1}
+
+
+def test_loop_fits_least_squares():
+    torch.manual_seed(0)
+    X = torch.randn(64, 3)
+    w_true = torch.tensor([1.0, -2.0, 0.5])
+    y = X @ w_true
+    w = torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.SGD([w], lr=0.1)
+    logged = []
+    train_loop([w], lambda step: (X, y), lambda b: ((b[0] @ w - b[1]) ** 2).mean(), opt, 300, log=lambda s, **m: logged.append(s))
+    assert torch.allclose(w.detach(), w_true, atol=1e-3)
+    assert logged[0] == 0 and logged[-1] == 299
+
+
+def test_loop_combine_hook_sets_shared_gradient():
+    shared = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
+    seen = {}
+
+    def combine(G, losses):
+        seen["G"] = G.clone()
+        return G.mean(0)
+
+    opt = torch.optim.SGD([shared], lr=0.0)
+    # task losses x0^2 and 3 x1: per-task gradients [2, 0] and [0, 3]
+    train_loop([shared], lambda s: None, lambda b: torch.stack([shared[0] ** 2, 3 * shared[1]]), opt, 1,
+               combine=combine, shared_params=[shared])
+    assert torch.allclose(seen["G"], torch.tensor([[2.0, 0.0], [0.0, 3.0]]))
+    assert torch.allclose(shared.grad, torch.tensor([1.0, 1.5]))
+
+
+def test_cosine_lr_schedule():
+    assert cosine_lr(0, 100, 1.0, warmup=10) == pytest.approx(0.1)
+    assert cosine_lr(100, 100, 1.0, warmup=10) == pytest.approx(0.1)
+    assert cosine_lr(10, 100, 1.0, warmup=10) == pytest.approx(1.0)
+
+
+def test_magnitude_masks_hit_their_sparsity():
+    w = torch.randn(16, 32)
+    assert int((~layer_magnitude_mask(w, 0.6)).sum()) == int(16 * 32 * 0.6)
+    masks = global_magnitude_masks({"a": w, "b": 10 * torch.randn(8, 8)}, 0.5)
+    assert sum(int((~m).sum()) for m in masks.values()) == int((16 * 32 + 64) * 0.5)
+    assert (~masks["a"]).float().mean() > (~masks["b"]).float().mean()  # smaller weights pruned first
+
+
+def test_transformer_is_causal():
+    torch.manual_seed(0)
+    model = TransformerLM(TransformerConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=16)).eval()
+    x = torch.randint(0, 11, (1, 8))
+    y = x.clone()
+    y[0, 5:] = (y[0, 5:] + 1) % 11
+    assert torch.allclose(model(x)[0, :5], model(y)[0, :5], atol=1e-6)

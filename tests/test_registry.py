@@ -1,0 +1,99 @@
+"""Registry, contract and params.yaml checks, over every registered paper."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+
+import pytest
+
+from conftest import PYTHON, ROOT
+from paperflow import config
+from paperflow.registry import UnknownPaperError, get_paper, list_papers, register_paper, unregister_paper
+from paperflow.spec import ConfigError
+
+SPECS = list_papers()
+
+
+def test_duplicate_id_raises():
+    spec = SPECS[0]
+    with pytest.raises(ValueError, match="registered twice"):
+        register_paper(spec)
+
+
+def test_unknown_id_suggests():
+    with pytest.raises(UnknownPaperError, match="did you mean"):
+        get_paper(SPECS[0].id + "x")
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
+def test_spec_is_complete(spec):
+    cfg = spec.make_config({})
+    comps = spec.comparisons(cfg)
+    assert comps, "no claim comparisons"
+    for comp in comps:
+        assert comp.method in spec.variants and comp.baseline in spec.variants
+    assert spec.title and spec.claim and spec.data and spec.module
+    catalog_ids = _catalog_ids()
+    assert spec.id in catalog_ids
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+def test_params_yaml_resolves(profile):
+    settings = config.load(ROOT / "params.yaml", profile=profile)
+    assert set(settings.papers) == {s.id for s in SPECS}
+    if profile != "smoke":
+        assert len(settings.seeds) >= 3
+
+
+def test_profiles_only_change_sizes():
+    """Every params key a profile overrides exists at the default profile (same code path)."""
+    params = config.read_params(ROOT / "params.yaml")
+    for name, prof in params["profiles"].items():
+        for pid, overrides in (prof.get("papers") or {}).items():
+            assert set(overrides) <= set(params["papers"][pid]), (name, pid)
+
+
+def test_params_yaml_lists_every_config_field():
+    params = config.read_params(ROOT / "params.yaml")
+    for spec in SPECS:
+        fields = {f.name for f in dataclasses.fields(spec.Config)}
+        assert set(params["papers"][spec.id]) == fields, spec.id
+
+
+def test_unknown_key_is_a_config_error():
+    spec = SPECS[0]
+    with pytest.raises(ConfigError, match="unknown key"):
+        spec.make_config({"no_such_key": 1})
+
+
+def test_paperflow_list_json():
+    out = subprocess.run([PYTHON, "-m", "paperflow.cli", "list", "--json"], cwd=ROOT, capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout)
+    assert {r["id"] for r in rows} == {s.id for s in SPECS}
+    assert all(r["variants"] and r["claim"] for r in rows)
+
+
+def test_plugin_papers_register(tmp_path, monkeypatch):
+    (tmp_path / "plugin_demo.py").write_text(
+        "from paperflow.registry import register_paper\nfrom paperflow.spec import PaperSpec\n"
+        "SPEC = register_paper(PaperSpec(id='plugin_demo', title='t', claim='c', Config=dict, variants=('a',),"
+        " prepare=None, train=None, evaluate=None, comparisons=lambda c: []))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from paperflow.registry import load_all
+
+    load_all(["plugin_demo"])
+    try:
+        assert get_paper("plugin_demo").variants == ("a",)
+    finally:
+        unregister_paper("plugin_demo")
+
+
+def _catalog_ids():
+    import yaml
+
+    catalog = ROOT.parent / "shared" / "papers" / "catalog.yaml"
+    if not catalog.exists():
+        pytest.skip("shared/papers/catalog.yaml not beside the checkout")
+    return {p["id"] for p in yaml.safe_load(catalog.read_text())["papers"]}

@@ -1,0 +1,52 @@
+"""MLflow store under parallel writers, FAILED runs, and the logging buffer."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import sqlite3
+
+import pytest
+
+from paperflow import tracking
+
+
+def _job(uri: str, i: int) -> str:
+    parent = tracking.create_parent_run(uri, "demo", f"v{i % 3}", i, {"profile": "test"})
+    with tracking.stage_run(uri, paper="demo", stage="train", tags={"variant": f"v{i % 3}", "seed": str(i)}, parent_id=parent, finish_parent=True) as run:
+        run.log_params({"lr": 0.1, "width": 8})
+        for step in range(200):
+            run.log(step, **{"train/loss": 1.0 / (step + 1)})
+        run.log_final({"dense/acc": 0.5 + i / 100})
+    return parent
+
+
+def test_eight_parallel_jobs_lose_nothing(tmp_path):
+    uri = tracking.default_uri(tmp_path)
+    tracking.init_store(uri, ["demo"])  # what the Snakefile's onstart does
+    with mp.get_context("spawn").Pool(8) as pool:
+        parents = pool.starmap(_job, [(uri, i) for i in range(8)])
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    statuses = dict(db.execute("select run_uuid, status from runs").fetchall())
+    assert len(statuses) == 16 and set(statuses.values()) == {"FINISHED"}
+    for parent in parents:
+        (child,) = db.execute("select run_uuid from tags where key='mlflow.parentRunId' and value=?", (parent,)).fetchone()
+        n_points = db.execute("select count(*) from metrics where run_uuid=? and key='train/loss'", (child,)).fetchone()[0]
+        assert n_points == 200
+        assert db.execute("select count(*) from latest_metrics where run_uuid=? and key='dense/acc'", (parent,)).fetchone()[0] == 1
+
+
+def test_failed_stage_marks_run_failed(tmp_path):
+    uri = tracking.default_uri(tmp_path)
+    tracking.init_store(uri, ["demo"])
+    parent = tracking.create_parent_run(uri, "demo", "v", 0, {})
+    with pytest.raises(RuntimeError):
+        with tracking.stage_run(uri, paper="demo", stage="train", tags={}, parent_id=parent) as run:
+            run.log(0, loss=1.0)
+            raise RuntimeError("boom")
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    statuses = dict(db.execute("select run_uuid, status from runs").fetchall())
+    assert statuses[parent] == "FAILED" and list(statuses.values()).count("FAILED") == 2
+    assert db.execute("select value from tags where key='error'").fetchone()[0] == "RuntimeError: boom"
+
+
+def test_keys_are_sanitised():
+    assert tracking._clean("compressed@0.70/ppl") == "compressed_0.70/ppl"

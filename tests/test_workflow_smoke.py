@@ -1,0 +1,121 @@
+"""The whole DAG on the smoke profile: report, MLflow layout, no-op, determinism, a killed job.
+
+One smoke run per session (conftest.smoke_run); every registered paper is checked by the
+registry-parametrized tests, so a new paper is covered without new test code.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+
+import polars as pl
+import pytest
+
+from conftest import SNAKEMAKE, run
+from paperflow.registry import list_papers
+
+PAPERS = [s.id for s in list_papers()]
+CLAIM_COLUMNS = [
+    "paper", "claim", "metric", "better", "method", "baseline", "method_mean", "method_std", "baseline_mean",
+    "baseline_std", "delta", "ci_low", "ci_high", "n_seeds", "verdict", "compressed_method_mean",
+    "compressed_baseline_mean", "data", "substitutions",
+]
+
+
+def test_report_is_written(workspace, smoke_run):
+    for name in ("index.html", "claims.md", "claims.csv"):
+        assert (workspace / "reports" / name).stat().st_size > 0
+    claims = pl.read_csv(workspace / "reports" / "claims.csv")
+    assert set(CLAIM_COLUMNS) <= set(claims.columns)
+    assert set(claims["verdict"].unique()) <= {"reproduced", "inconclusive", "not reproduced"}
+    assert set(claims["paper"].unique()) == set(PAPERS)
+    html = (workspace / "reports" / "index.html").read_text()
+    for pid in PAPERS:
+        assert f"id='{pid}'" in html
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_every_paper_runs_end_to_end(workspace, smoke_run, paper):
+    spec = next(s for s in list_papers() if s.id == paper)
+    table = pl.read_csv(workspace / "results" / paper / "metrics.csv")
+    assert sorted(set(table["variant"])) == sorted(spec.variants)
+    dense = [c for c in table.columns if c.startswith("dense/")]
+    assert dense, "evaluate returned no dense metric"
+    if spec.compress is not None:
+        assert any(c.startswith("compressed@") for c in table.columns), "no compressed metrics"
+    assert (workspace / "reports" / "figures" / f"{paper}_curves.png").exists() or paper == "owl"
+
+
+def test_mlflow_layout(workspace, smoke_run):
+    db = sqlite3.connect(workspace / "mlflow.db")
+    exps = dict(db.execute("select name, experiment_id from experiments").fetchall())
+    seeds = 2  # profiles.smoke.seeds
+    for spec in list_papers():
+        exp = exps[spec.id]
+        parents = db.execute(
+            "select r.run_uuid, r.status from runs r join tags t on t.run_uuid = r.run_uuid "
+            "where r.experiment_id = ? and t.key = 'stage' and t.value = 'run'", (exp,)
+        ).fetchall()
+        assert len(parents) == len(spec.variants) * seeds
+        assert {status for _, status in parents} == {"FINISHED"}
+        for run_id, _ in parents[:2]:
+            children = db.execute(
+                "select t2.value from tags t join tags t2 on t2.run_uuid = t.run_uuid "
+                "where t.key = 'mlflow.parentRunId' and t.value = ? and t2.key = 'stage'", (run_id,)
+            ).fetchall()
+            assert sorted(c for (c,) in children) == ["compress", "evaluate", "train"]
+            tags = dict(db.execute("select key, value from tags where run_uuid = ?", (run_id,)).fetchall())
+            for key in ("paper", "variant", "seed", "profile", "git_commit"):
+                assert key in tags
+            metrics = {k for (k,) in db.execute("select key from latest_metrics where run_uuid = ?", (run_id,))}
+            assert any(k.startswith("dense/") for k in metrics)
+
+
+def test_noop_rerun_does_nothing(workspace, smoke_run):
+    proc = run(SNAKEMAKE + ["--cores", "8", "all", "--config", "profile=smoke"], workspace)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def _one_run(workspace):
+    spec = next(s for s in list_papers() if s.id == "fairgrad")
+    return workspace / "results" / spec.id / spec.variants[0] / "seed0"
+
+
+def test_same_seed_same_metrics(workspace, smoke_run):
+    run_dir = _one_run(workspace)
+    before = json.loads((run_dir / "metrics.json").read_text())["metrics"]
+    run(SNAKEMAKE + ["--cores", "8", "--config", "profile=smoke", "--forcerun", str(run_dir.relative_to(workspace) / "model.pt"),
+                     "--", str(run_dir.relative_to(workspace) / "metrics.json")], workspace)
+    after = json.loads((run_dir / "metrics.json").read_text())["metrics"]
+    assert after == before
+
+
+def test_killed_job_leaves_no_artifact_and_next_run_completes(workspace, smoke_run):
+    import torch
+
+    run_dir = _one_run(workspace)
+    rel = run_dir.relative_to(workspace)
+    log = workspace / "logs" / rel.parts[1] / rel.parts[2] / rel.parts[3] / "train.log"
+    before = json.loads((run_dir / "metrics.json").read_text())["metrics"]
+    log.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        SNAKEMAKE + ["--cores", "2", "--config", "profile=smoke", "--forcerun", str(rel / "model.pt"), "--", str(rel / "metrics.json")],
+        cwd=workspace, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.exists() and ": train" in log.read_text()):
+        time.sleep(0.02)
+    time.sleep(0.3)  # mid-way through the train job
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # No half-written model: either absent, or the complete file (if the job had already finished).
+    if (run_dir / "model.pt").exists():
+        torch.load(run_dir / "model.pt", weights_only=True)
+    run(SNAKEMAKE + ["--unlock", "--config", "profile=smoke"], workspace)  # the killed run held the lock
+    done = run(SNAKEMAKE + ["--cores", "2", "--config", "profile=smoke", "--rerun-incomplete", "--", str(rel / "metrics.json")], workspace)
+    assert done.returncode == 0
+    assert json.loads((run_dir / "metrics.json").read_text())["metrics"] == before

@@ -1,0 +1,87 @@
+# Settings, input functions and the thread policy shared by every rule.
+import os
+import shlex
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # runs from a checkout without `pip install -e`
+
+from paperflow import config as pf_config
+from paperflow.data.resources import RESOURCES
+from paperflow.spec import ConfigError
+
+# Validated before any job: unknown paper ids or keys, out-of-range values, undefined profile.
+try:
+    PLAN = pf_config.workflow_plan(config, cache=Path(".snakemake/paperflow-plan.json"))
+except (ConfigError, KeyError) as err:
+    raise ConfigError(str(err.args[0] if isinstance(err, KeyError) else err)) from None
+
+PROFILE = PLAN["profile"]
+PAPERS = sorted(PLAN["papers"])
+SEEDS = PLAN["seeds"]
+SOURCES = Path(config.get("sources_dir") or "sources")
+# The stage CLI runs this checkout's code, whatever `pip install -e` points at.
+PF = f"PYTHONPATH={shlex.quote(str(Path(workflow.basedir) / 'src'))} {shlex.quote(sys.executable)} -m paperflow.cli"
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+wildcard_constraints:
+    paper="|".join(PAPERS) or "NO_PAPER",
+    variant="[A-Za-z0-9_]+",
+    seed=r"\d+",
+
+
+# Thread policy: one job slot per `--cores` unit, but never more torch threads in flight than the
+# machine has CPUs. With --cores 8 on 2 CPUs a weight-1 job takes 4 slots (2 jobs at once) and runs
+# 1 torch thread; a weight-2 job (a 135M LM) takes 8 slots and runs 2 threads.
+NCPU = os.cpu_count() or 1
+SLOTS_PER_CPU = max(1, workflow.cores // NCPU)
+
+
+def job_threads(paper, weight=None):
+    w = weight if weight is not None else PLAN["papers"][paper]["weight"]
+    return min(workflow.cores, max(1, w) * SLOTS_PER_CPU)
+
+
+def torch_threads(threads):
+    return max(1, min(NCPU, threads // SLOTS_PER_CPU))
+
+
+def resource_path(name):
+    return f"resources/{RESOURCES[name].output}"
+
+
+def used_resources():
+    return sorted({r for p in PAPERS for r in PLAN["papers"][p]["resources"]})
+
+
+def paper_resources(wildcards):
+    return [resource_path(r) for r in PLAN["papers"][wildcards.paper]["resources"]]
+
+
+def run_dir(paper, variant, seed):
+    return f"results/{paper}/{variant}/seed{seed}"
+
+
+def paper_metrics(wildcards):
+    variants = PLAN["papers"][wildcards.paper]["variants"]
+    return [f"{run_dir(wildcards.paper, v, s)}/metrics.json" for v in variants for s in SEEDS]
+
+
+def paper_params(wildcards):
+    # Jobs rerun when their paper's resolved params change (Snakemake's params rerun trigger).
+    return PLAN["papers"][wildcards.paper]["section"]
+
+
+def check_sources():
+    """Fail before any job starts when a resource is neither built nor installable from its source."""
+    for name in used_resources():
+        if not Path(resource_path(name)).exists():
+            RESOURCES[name].require_sources(SOURCES)
+
+
+def init_tracking():
+    shell(f"{PF} init-tracking")
+
+
+check_sources()

