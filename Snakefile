@@ -17,8 +17,7 @@ validate(config, "workflow/schemas/params.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/resources.smk"
 include: "workflow/rules/prepare.smk"
-include: "workflow/rules/train.smk"
-include: "workflow/rules/compress.smk"
+include: "workflow/rules/run.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 

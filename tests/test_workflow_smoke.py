@@ -99,7 +99,7 @@ def test_killed_job_leaves_no_artifact_and_next_run_completes(workspace, smoke_r
 
     run_dir = _one_run(workspace)
     rel = run_dir.relative_to(workspace)
-    log = workspace / "logs" / rel.parts[1] / rel.parts[2] / rel.parts[3] / "train.log"
+    log = workspace / "logs" / rel.parts[1] / rel.parts[2] / rel.parts[3] / "run.log"
     before = json.loads((run_dir / "metrics.json").read_text())["metrics"]
     log.unlink(missing_ok=True)
     proc = subprocess.Popen(

@@ -2,7 +2,7 @@
 
     paperflow list [--json]
     paperflow check [--profile P]                   validate params.yaml (what the Snakefile does first)
-    paperflow stage prepare|train|compress|evaluate|collect --paper ID [--variant V --seed S]
+    paperflow stage prepare|train|compress|evaluate|run|collect --paper ID [--variant V --seed S]
     paperflow resource NAME                          build resources/<NAME> from sources/
     paperflow init-tracking                          create the MLflow store and experiments
     paperflow report [--out reports]
@@ -71,7 +71,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
     root = find_root()
     ctx = stages.Context(root=root, settings=_settings(root, args), tracking_uri=tracking_uri(root), threads=args.threads)
-    if args.name in ("train", "compress", "evaluate") and (args.variant is None or args.seed is None):
+    if args.name in ("train", "compress", "evaluate", "run") and (args.variant is None or args.seed is None):
         raise SystemExit(f"paperflow stage {args.name} needs --variant and --seed")
     fn = getattr(stages, args.name)
     out = fn(ctx, args.paper) if args.name in ("prepare", "collect") else fn(ctx, args.paper, args.variant, args.seed)
@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile")
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("stage", help="run one workflow stage")
-    p.add_argument("name", choices=["prepare", "train", "compress", "evaluate", "collect"])
+    p.add_argument("name", choices=["prepare", "train", "compress", "evaluate", "run", "collect"],
+                   help="run = train, compress and evaluate in one process (what the Snakemake job does)")
     p.add_argument("--paper", required=True)
     p.add_argument("--variant")
     p.add_argument("--seed", type=int)

@@ -190,6 +190,17 @@ def evaluate(ctx: Context, paper: str, variant: str, seed: int) -> Path:
     return out
 
 
+def run(ctx: Context, paper: str, variant: str, seed: int) -> Path:
+    """train -> compress -> evaluate in one process (one Snakemake job per variant and seed).
+
+    Each stage still writes its own atomic artifacts and its own nested MLflow run; running them in
+    one process saves the ~5 s that every job pays to import torch and mlflow and open the store,
+    which would otherwise dominate the smoke profile (DESIGN.md, "Jobs")."""
+    train(ctx, paper, variant, seed)
+    compress(ctx, paper, variant, seed)
+    return evaluate(ctx, paper, variant, seed)
+
+
 def collect(ctx: Context, paper: str) -> Path:
     """results/{paper}/metrics.csv: one row per (variant, seed), derived metrics added."""
     import polars as pl

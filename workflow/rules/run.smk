@@ -1,0 +1,24 @@
+# Per (paper, variant, seed): train -> compress -> evaluate, one job (one process) with three tracked
+# stages and their own atomic artifacts. One job instead of three saves ~5 s of torch/mlflow start-up
+# per stage, which dominates small profiles (DESIGN.md, "Jobs"); `paperflow stage train|compress|evaluate`
+# still runs each stage on its own.
+
+
+rule run:
+    input:
+        data="results/{paper}/data/data.pt",
+    output:
+        model="results/{paper}/{variant}/seed{seed}/model.pt",
+        curves="results/{paper}/{variant}/seed{seed}/curves.json",
+        run="results/{paper}/{variant}/seed{seed}/run.json",
+        compressed="results/{paper}/{variant}/seed{seed}/compressed.pt",
+        metrics="results/{paper}/{variant}/seed{seed}/metrics.json",
+    params:
+        cfg=paper_params,
+        torch_threads=lambda wildcards, threads: torch_threads(threads),
+    threads: lambda wildcards: job_threads(wildcards.paper)
+    log:
+        "logs/{paper}/{variant}/seed{seed}/run.log",
+    shell:
+        "{PF} stage run --paper {wildcards.paper} --variant {wildcards.variant} --seed {wildcards.seed} "
+        "--profile {PROFILE} --threads {params.torch_threads} 2>&1 | tee {log}"
