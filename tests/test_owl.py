@@ -1,0 +1,205 @@
+"""Tests of the OWL paper module (papers/owl.py), Wanda (compress/wanda.py) and the shared sequential
+calibration pass (compress/calibration.py). Synthetic data and tiny random models only."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from paperflow.compress.calibration import (
+    hf_llama_inputs,
+    linear_sublayers,
+    sequential_pass,
+    transformer_lm_inputs,
+)
+from paperflow.compress.wanda import row_prune_mask, update_scaler_row, wanda_mask, wanda_score
+from paperflow.nn.transformer import TransformerConfig, TransformerLM
+from paperflow.papers import owl
+from paperflow.registry import get_paper
+from paperflow.spec import Resources
+
+transformers = pytest.importorskip("transformers")
+
+
+# -------------------------------------------------------------------------------------------- Wanda
+def test_scaler_row_is_wrappedgpt_running_average():
+    # two samples of one token each: scaler_row = mean over samples of x^2 = ((1+9)/2, (4+0)/2, (0+4)/2)
+    s, n = torch.zeros(3), 0
+    s, n = update_scaler_row(s, n, torch.tensor([[[1.0, 2.0, 0.0]]]))
+    s, n = update_scaler_row(s, n, torch.tensor([[[3.0, 0.0, 2.0]]]))
+    assert n == 2
+    assert torch.allclose(s, torch.tensor([5.0, 2.0, 2.0]))
+    # a batch of both at once gives the same running average
+    b, nb = update_scaler_row(torch.zeros(3), 0, torch.tensor([[[1.0, 2.0, 0.0]], [[3.0, 0.0, 2.0]]]))
+    assert nb == 2 and torch.allclose(b, s)
+    # within one sample the tokens are summed (WrappedGPT's ||X_j||^2 over the sample's tokens)
+    t, _ = update_scaler_row(torch.zeros(3), 0, torch.tensor([[[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]]))
+    assert torch.allclose(t, torch.tensor([2.0, 0.0, 0.0]))
+
+
+def test_wanda_score_hand_computed_2x3():
+    w = torch.tensor([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0]])
+    scaler = torch.tensor([5.0, 2.0, 2.0])
+    r5, r2 = math.sqrt(5), math.sqrt(2)
+    expected = torch.tensor([[r5, 2 * r2, 3 * r2], [4 * r5, 5 * r2, 6 * r2]])
+    assert torch.allclose(wanda_score(w, scaler), expected)
+    # 1/3 sparsity prunes int(3 / 3) = 1 weight per row: the lowest score of each row (column 0 in
+    # row 0: sqrt5 = 2.24 < 2.83; column 0 in row 1: 4 sqrt5 = 8.94 > 5 sqrt2 = 7.07 -> column 1)
+    mask = wanda_mask(w, scaler, 1 / 3 + 1e-9)
+    assert mask.tolist() == [[False, True, True], [True, False, True]]
+
+
+@pytest.mark.parametrize("sparsity", [0.0, 0.3, 0.5, 0.7, 0.75])
+def test_row_prune_mask_exact_count_per_row(sparsity):
+    score = torch.rand(7, 10, generator=torch.Generator().manual_seed(0))
+    mask = row_prune_mask(score, sparsity)
+    assert ((~mask).sum(dim=1) == int(10 * sparsity)).all()
+    for row, keep in zip(score, mask):  # the pruned scores are the row's lowest
+        if (~keep).any() and keep.any():
+            assert row[~keep].max() <= row[keep].min()
+
+
+# ---------------------------------------------------------------------------------------------- OWL
+def test_outlier_ratio_pools_the_block():
+    # pooled mean = (7 * 1 + 13) / 8 = 2.5, threshold 5 * 2.5 = 12.5: one of 8 scores -> 12.5 %.
+    # (a per-linear mean, 4 for the second tensor, would give threshold 20 and 0 %.)
+    scores = [torch.ones(2, 2), torch.tensor([[1.0, 1.0], [1.0, 13.0]])]
+    assert owl.outlier_ratio(scores, 5.0) == pytest.approx(12.5)
+
+
+def test_owl_formula_hand_computed():
+    # D = [0, 1, 2]: r = [0, .08, .16], mean .08 -> density [.22, .30, .38] -> sparsity [.78, .70, .62]
+    assert owl.owl_layer_sparsities([0.0, 1.0, 2.0], 0.7, 0.08) == pytest.approx([0.78, 0.70, 0.62])
+    # skewed D = [1, 2, 3, 6]: r = [0, .032, .064, .16], mean .064 -> code: [.764, .732, .700, .604]
+    code = owl.owl_layer_sparsities([1.0, 2.0, 3.0, 6.0], 0.7, 0.08, enforce_bound=False)
+    assert code == pytest.approx([0.764, 0.732, 0.700, 0.604])
+    # max |dev| = .096 > lambda: deviations shrunk by .08 / .096
+    bounded = owl.owl_layer_sparsities([1.0, 2.0, 3.0, 6.0], 0.7, 0.08)
+    assert bounded == pytest.approx([0.7 + 0.064 * 5 / 6, 0.7 + 0.032 * 5 / 6, 0.7, 0.62])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_owl_sparsities_mean_bound_monotone(seed):
+    rng = np.random.default_rng(seed)
+    d = rng.exponential(size=30) * 3  # skewed outlier ratios (%)
+    target, lam = 0.7, 0.08
+    s = np.array(owl.owl_layer_sparsities(list(d), target, lam))
+    assert s.mean() == pytest.approx(target)
+    assert np.abs(s - target).max() <= lam + 1e-12
+    order = np.argsort(d)
+    assert np.all(np.diff(s[order]) <= 1e-12)  # more outliers -> lower sparsity
+    assert owl.owl_layer_sparsities([2.0, 2.0], 0.6, 0.08) == [0.6, 0.6]  # no spread: uniform
+
+
+# -------------------------------------------------------------------------------------- calibration
+def _zero_block(_i, block, _stats):
+    if _i == 0:
+        for lin in linear_sublayers(block).values():
+            lin.weight.zero_()
+
+
+def test_sequential_pass_feeds_pruned_outputs_paperflow_block():
+    torch.manual_seed(0)
+    lm = TransformerLM(TransformerConfig(vocab_size=17, block_size=8, n_layer=2, n_head=2, d_model=16)).eval()
+    idx = torch.randint(0, 17, (3, 8))
+    inp = transformer_lm_inputs(lm, idx)
+    dense_copy = copy.deepcopy(lm)
+    seen, seen_dense = {}, {}
+
+    def record(i, block, stats):
+        seen[i] = {k: v.clone() for k, v in stats.items()}
+        _zero_block(i, block, stats)
+
+    sequential_pass(inp.blocks, inp.hidden, inp.kwargs, record, chunk=2)
+    # block 0 has all-zero linears -> output = residual = its input; block 1's qkv sees norm1(embeddings)
+    expected = lm.blocks[1].norm1(inp.hidden).pow(2).sum(dim=1).mean(dim=0)  # (D,)
+    assert set(seen[1]) == {"attn.qkv", "attn.proj", "mlp.0", "mlp.2"}
+    assert torch.allclose(seen[1]["attn.qkv"], expected, atol=1e-5)
+    # without pruning block 1 is calibrated on block 0's dense outputs instead
+    sequential_pass(list(dense_copy.blocks), inp.hidden, {}, lambda i, b, st: seen_dense.setdefault(i, st))
+    assert not torch.allclose(seen_dense[1]["attn.qkv"], expected, atol=1e-3)
+
+
+def _tiny_llama(seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(
+        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
+    )
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_hf_adapter_matches_model_and_is_sequential():
+    lm = _tiny_llama()
+    ids = torch.randint(0, 32, (5, 12))
+    inp = hf_llama_inputs(lm, ids)
+    with torch.no_grad():
+        ref = lm.model(ids).last_hidden_state
+        out = sequential_pass(inp.blocks, inp.hidden, inp.kwargs, lambda *a: None, chunk=2, rerun=False)
+        assert torch.allclose(lm.model.norm(out), ref, atol=1e-5)
+        seen = {}
+
+        def record(i, block, stats):
+            seen[i] = stats
+            _zero_block(i, block, stats)
+
+        sequential_pass(inp.blocks, inp.hidden, inp.kwargs, record, chunk=2)
+        h = lm.model.layers[1].input_layernorm(inp.hidden)  # block 0 pruned to zero -> residual only
+    assert set(seen[0]) == {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}
+    assert torch.allclose(seen[1]["self_attn.q_proj"], h.pow(2).sum(dim=1).mean(dim=0), atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------- smoke path
+def _tiny_resources(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    model_dir = tmp_path / "tiny-llama"
+    _tiny_llama().save_pretrained(str(model_dir), safe_serialization=True)
+    words = ["[UNK]"] + [f"w{i}" for i in range(31)]
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(str(model_dir))
+    rng = np.random.default_rng(0)
+    titles = ["Emma", "Mansfield Park", "Northanger Abbey", "Persuasion", "Pride & Prejudice", "Sense & Sensibility"]
+    books = {t: " ".join(f"w{i}" for i in rng.integers(0, 31, size=300)) for t in titles}
+    austen = tmp_path / "austen.json"
+    austen.write_text(json.dumps(books))
+    return Resources(root=str(tmp_path), paths={"smollm2": str(model_dir), "austen": str(austen)})
+
+
+def test_owl_spec_smoke_path_tiny_llama(tmp_path):
+    spec = get_paper("owl")
+    cfg = spec.make_config({"calib_samples": 4, "calib_len": 16, "eval_windows": 2, "eval_len": 16, "batch": 2})
+    data = spec.prepare(cfg, _tiny_resources(tmp_path))
+    assert data["eval_book"] == "Persuasion" and data["eval_tokens"].shape == (2, 16)
+    assert torch.equal(owl.calibration_windows(data, cfg, 1), owl.calibration_windows(data, cfg, 1))
+    results = {}
+    for variant in spec.variants:
+        model = spec.train(cfg, data, variant, 0, lambda *a, **k: None)
+        comp = spec.compress(cfg, model, data, variant, 0)
+        assert list(comp) == ["0.50", "0.60", "0.70"]
+        dense = spec.evaluate(cfg, model, data)
+        assert math.isfinite(dense["ppl"]) and dense["sparsity"] < 0.01
+        for level, entry in comp.items():
+            s = float(level)
+            for name, packed in entry["masks"].items():
+                assert packed.dtype == torch.uint8
+                keep = owl._unpack(packed, entry["shapes"][name])
+                block = int(name.split(".")[2])
+                if variant == "magnitude":  # whole matrix: exactly int(numel * s) pruned
+                    assert int((~keep).sum()) == int(keep.numel() * s)
+                else:  # Wanda: exactly int(in * s_l) per output row
+                    assert ((~keep).sum(dim=1) == int(keep.shape[1] * entry["block_sparsity"][block])).all()
+            if variant == "owl":
+                assert np.mean(entry["block_sparsity"]) == pytest.approx(s)
+                assert max(abs(b - s) for b in entry["block_sparsity"]) <= cfg.owl_lambda + 1e-9
+                assert len(entry["outlier_ratio"]) == 2
+            m = spec.evaluate(cfg, entry, data)
+            assert math.isfinite(m["ppl"]) and abs(m["sparsity"] - s) < 0.05
+            results[(variant, level)] = m
+    assert set(c.column for c in spec.comparisons(cfg)) == {"compressed@0.70/ppl"}
