@@ -78,7 +78,7 @@ def train_loop(
             loss = losses if losses.dim() == 0 else losses.sum()
             loss.backward()
         else:
-            extra = _combined_backward(losses, shared, combine)
+            extra = _combined_backward(losses, shared, [p for p in params if all(p is not q for q in shared)], combine)
             loss = losses.sum()
         if clip_norm:
             torch.nn.utils.clip_grad_norm_(params, clip_norm)
@@ -102,9 +102,12 @@ def train_loop(
 
 
 def _combined_backward(
-    losses: torch.Tensor, shared: Sequence[torch.nn.Parameter], combine: GradCombiner
+    losses: torch.Tensor, shared: Sequence[torch.nn.Parameter], others: Sequence[torch.nn.Parameter], combine: GradCombiner
 ) -> dict[str, float]:
-    """Per-task gradients of the shared parameters -> combine -> .grad; task heads get sum-loss grads."""
+    """Per-task gradients of the shared parameters -> combine -> .grad; task heads get sum-loss grads.
+
+    The heads' gradients come from autograd.grad on the summed loss restricted to `others`, which
+    walks only the head part of the graph instead of a third pass through the shared trunk."""
     if losses.dim() != 1:
         raise ValueError(f"train_loop: with combine, loss_fn must return (K,) task losses, got shape {tuple(losses.shape)}")
     rows = []
@@ -112,7 +115,10 @@ def _combined_backward(
         grads = torch.autograd.grad(losses[k], shared, retain_graph=True, allow_unused=True)
         rows.append(torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, shared)]))
     G = torch.stack(rows)  # (K, P)
-    losses.sum().backward()  # fills task-specific grads; shared grads are overwritten below
+    if others:
+        head_grads = torch.autograd.grad(losses.sum(), list(others), allow_unused=True)
+        for p, g in zip(others, head_grads):
+            p.grad = g if g is not None else None
     direction = combine(G, losses.detach())  # (P,)
     offset = 0
     for p in shared:

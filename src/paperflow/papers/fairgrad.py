@@ -1,0 +1,272 @@
+"""FairGrad: "Fair Resource Allocation in Multi-Task Learning" (Hao Ban, Kaiyi Ji), ICML 2024.
+
+Official code: https://github.com/OptMN-Lab/fairgrad (methods/weight_methods.py::FairGrad).
+
+Method: each step, the shared parameters move along d = sum_k w_k g_k where the task weights w > 0 solve
+the alpha-fair optimality condition (G G^T) w = w^(-1/alpha) (alpha = 2, as in their run scripts), so the
+loss decreases g_k^T d are allocated alpha-fairly (alpha = 0: LS-like sum, alpha = 1: proportional
+fairness / Nash-MTL, alpha -> inf: max-min fairness / MGDA-like). The combiners live in paperflow.mtl
+(shared with the other MTL papers); see its docstring for the official-code details implemented:
+direction multiplied by K, shared gradient clipped to norm 1.0 for FairGrad and PCGrad, effectively no
+clipping for LS / MGDA / STL (their clip call runs before backward), Adam at a constant learning rate.
+
+Experiment here (laptop-scale substitute for the paper's CelebA / NYU-v2 / Cityscapes / QM9 runs):
+Multi-Fashion+MNIST (paperflow.data.multimnist) built from real Fashion-MNIST and a 10k-image MNIST
+pool: task A = fashion class, task B = digit; a LeNet-style shared trunk (conv-conv-fc, as in the
+MultiMNIST experiments of MGDA-UB / Pareto MTL) with one linear head per task. Variants: fairgrad, ls,
+mgda, pcgrad (all through train_loop's combine hook) and the single-task models stl_a, stl_b (same
+architecture, one task) that Delta-m% is measured against. Metric: test accuracy per task and
+Delta-m% = -(1/K) sum_k (acc_k - acc_stl,k) / acc_stl,k * 100 (lower is better).
+
+Compression: global magnitude pruning of the shared trunk's weight tensors (one threshold over
+conv1/conv2/fc weights; heads and biases untouched) at cfg.sparsities, no fine-tuning; Delta-m% of a
+pruned model is measured against the single-task models pruned at the same level.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..compress.magnitude import apply_masks, global_magnitude_masks, prunable_weights
+from ..data.multimnist import build_overlay_set, split_pool
+from ..loop import train_loop
+from ..mtl import make_combiner
+from ..registry import register_paper
+from ..spec import Comparison, PaperSpec, check
+
+MTL_VARIANTS = ("fairgrad", "ls", "mgda", "pcgrad")
+STL_VARIANTS = {"stl_a": 0, "stl_b": 1}  # single-task variant -> index of its task
+TASKS = ("a", "b")  # a = Fashion-MNIST item (top-left), b = MNIST digit (bottom-right)
+N_CLASSES = 10
+
+
+@dataclass(frozen=True)
+class Config:
+    n_train: int = 30000  # training overlays (Fashion train images x MNIST train-pool digits)
+    n_test: int = 5000  # test overlays (Fashion test images x held-out MNIST digits)
+    mnist_test: int = 2000  # images of the 10k MNIST pool held out for the test overlays
+    canvas: int = 36  # overlay canvas side (image B offset = canvas - 28)
+    image_size: int = 28  # canvas resized to this side
+    data_seed: int = 0  # pairing and MNIST split (same data for every variant and seed)
+    channels: tuple = (10, 20)  # trunk conv widths (MultiLeNet)
+    hidden: int = 50  # trunk fc width = representation size fed to the heads
+    steps: int = 1500  # optimiser steps
+    batch_size: int = 128
+    lr: float = 1e-3  # Adam, constant (official common default)
+    alpha: float = 2.0  # FairGrad alpha (official run scripts)
+    max_norm: float = 1.0  # shared-gradient clip for fairgrad and pcgrad (official max_norm)
+    sparsities: tuple = (0.5, 0.7, 0.9)  # trunk pruning levels
+    compare_level: float = 0.7  # level of the compressed fairgrad-vs-ls claim row
+    eval_batch: int = 1000
+    log_every: int = 50
+
+    def __post_init__(self) -> None:
+        for name in ("channels", "sparsities"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        check(self.n_train > 0 and self.n_test > 0, f"n_train and n_test must be > 0, got {self.n_train}, {self.n_test}")
+        check(0 < self.mnist_test < 10000, f"mnist_test must be in (0, 10000), got {self.mnist_test}")
+        check(self.canvas >= 28, f"canvas must be >= 28, got {self.canvas}")
+        check(self.image_size >= 16, f"image_size must be >= 16 (two 5x5 convs + pools), got {self.image_size}")
+        check(len(self.channels) == 2 and all(c > 0 for c in self.channels), f"channels must be 2 positive ints, got {self.channels}")
+        check(self.hidden > 0, f"hidden must be > 0, got {self.hidden}")
+        check(self.steps > 0 and self.batch_size > 0, f"steps and batch_size must be > 0, got {self.steps}, {self.batch_size}")
+        check(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        check(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
+        check(self.max_norm >= 0, f"max_norm must be >= 0 (0 = no clipping), got {self.max_norm}")
+        check(all(0 <= s < 1 for s in self.sparsities), f"sparsities must be in [0, 1), got {self.sparsities}")
+        check(self.compare_level in self.sparsities, f"compare_level must be one of sparsities {self.sparsities}, got {self.compare_level}")
+        check(self.eval_batch > 0 and self.log_every > 0, "eval_batch and log_every must be > 0")
+
+
+def level_name(sparsity: float) -> str:
+    return f"{sparsity:.2f}"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Data
+
+
+def prepare(cfg: Config, res) -> dict:
+    """Overlays of real Fashion-MNIST (task A) and MNIST (task B) images, uint8 (N, S, S)."""
+    fashion = np.load(res["fashion_mnist"])
+    mnist = np.load(res["mnist10k"])
+    mx, my = torch.from_numpy(mnist["x"]), torch.from_numpy(mnist["y"]).long()
+    m_train, m_test = split_pool(mx.shape[0], cfg.mnist_test, cfg.data_seed)
+    fx_tr, fy_tr = torch.from_numpy(fashion["x_train"]), torch.from_numpy(fashion["y_train"]).long()
+    fx_te, fy_te = torch.from_numpy(fashion["x_test"]), torch.from_numpy(fashion["y_test"]).long()
+    kw = dict(canvas=cfg.canvas, size=cfg.image_size)
+    train = build_overlay_set(fx_tr, fy_tr, mx[m_train], my[m_train], cfg.n_train, cfg.data_seed, **kw)
+    test = build_overlay_set(fx_te, fy_te, mx[m_test], my[m_test], cfg.n_test, cfg.data_seed + 1, **kw)
+    return {"x_train": train["x"], "ya_train": train["y_a"], "yb_train": train["y_b"],
+            "x_test": test["x"], "ya_test": test["y_a"], "yb_test": test["y_b"]}
+
+
+def _images(x: torch.Tensor) -> torch.Tensor:
+    return (x.float() / 255.0)[:, None]  # (B, 1, S, S) in [0, 1]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Model
+
+
+class MultiLeNet(nn.Module):
+    """Shared trunk conv(5)-pool-relu-conv(5)-pool-relu-fc-relu, one linear head per task."""
+
+    def __init__(self, channels=(10, 20), hidden: int = 50, image_size: int = 28, n_tasks: int = 2):
+        super().__init__()
+        c1, c2 = channels
+        side = ((image_size - 4) // 2 - 4) // 2  # after two (conv5, pool2)
+        self.trunk = nn.Sequential(OrderedDict(
+            conv1=nn.Conv2d(1, c1, 5), pool1=nn.MaxPool2d(2), act1=nn.ReLU(),
+            conv2=nn.Conv2d(c1, c2, 5), pool2=nn.MaxPool2d(2), act2=nn.ReLU(),
+            flat=nn.Flatten(), fc=nn.Linear(c2 * side * side, hidden), act3=nn.ReLU(),
+        ))
+        self.heads = nn.ModuleList(nn.Linear(hidden, N_CLASSES) for _ in range(n_tasks))
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        z = self.trunk(x)  # (B, hidden)
+        return [head(z) for head in self.heads]  # K x (B, 10)
+
+
+def build_model(arch: dict) -> MultiLeNet:
+    return MultiLeNet(tuple(arch["channels"]), arch["hidden"], arch["image_size"], len(TASKS))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Train / evaluate
+
+
+def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
+    if variant not in MTL_VARIANTS and variant not in STL_VARIANTS:
+        raise ValueError(f"fairgrad: unknown variant {variant!r}")
+    arch = {"channels": list(cfg.channels), "hidden": cfg.hidden, "image_size": cfg.image_size,
+            "tasks": list(TASKS) if variant in MTL_VARIANTS else [TASKS[STL_VARIANTS[variant]]]}
+    model = build_model(arch)
+    x, ys = data["x_train"], (data["ya_train"], data["yb_train"])
+    gen = torch.Generator().manual_seed(seed)
+
+    def batch_fn(step: int):
+        idx = torch.randint(0, x.shape[0], (cfg.batch_size,), generator=gen)
+        return _images(x[idx]), [y[idx] for y in ys]
+
+    if variant in MTL_VARIANTS:
+        options = {"fairgrad": {"alpha": cfg.alpha, "max_norm": cfg.max_norm},
+                   "pcgrad": {"seed": seed, "max_norm": cfg.max_norm}}.get(variant, {})
+        combine, params = make_combiner(variant, **options), list(model.parameters())
+
+        def loss_fn(batch):
+            xb, yb = batch
+            return torch.stack([F.cross_entropy(o, y) for o, y in zip(model(xb), yb)])  # (K,)
+    else:
+        k = STL_VARIANTS[variant]
+        combine, params = None, list(model.trunk.parameters()) + list(model.heads[k].parameters())
+
+        def loss_fn(batch):
+            xb, yb = batch
+            return F.cross_entropy(model.heads[k](model.trunk(xb)), yb[k])  # scalar
+
+    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    train_loop(params, batch_fn, loss_fn, optimizer, cfg.steps, log=log, log_every=cfg.log_every,
+               combine=combine, shared_params=list(model.trunk.parameters()) if combine else None,
+               modules=[model])
+    return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}, "arch": arch}
+
+
+@torch.no_grad()
+def evaluate(cfg: Config, model: dict, data: dict) -> dict:
+    """Test accuracy (%) of each trained task: acc_a, acc_b (and acc_mean) for multi-task models; only
+    the trained task's accuracy for a single-task model (its other head is untrained, not reported)."""
+    net = build_model(model["arch"])
+    net.load_state_dict(model["state"])
+    net.eval()
+    x, ys = data["x_test"], {"a": data["ya_test"], "b": data["yb_test"]}
+    correct = {t: 0 for t in model["arch"]["tasks"]}
+    for start in range(0, x.shape[0], cfg.eval_batch):
+        outs = net(_images(x[start : start + cfg.eval_batch]))
+        for t in correct:
+            pred = outs[TASKS.index(t)].argmax(1)
+            correct[t] += int((pred == ys[t][start : start + cfg.eval_batch]).sum())
+    metrics = {f"acc_{t}": 100.0 * c / x.shape[0] for t, c in correct.items()}
+    if len(metrics) > 1:
+        metrics["acc_mean"] = float(np.mean(list(metrics.values())))
+    return metrics
+
+
+def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
+    """Global magnitude pruning of the shared trunk's weights at each level; heads untouched."""
+    trunk = prunable_weights(model["state"], include=("trunk.",))  # conv1/conv2/fc weights
+    out = {}
+    for s in cfg.sparsities:
+        masks = global_magnitude_masks(trunk, s)
+        out[level_name(s)] = {"state": apply_masks(model["state"], masks), "arch": model["arch"]}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Delta-m% and the claims
+
+
+def delta_m(metrics: list[float], reference: list[float], higher_better: list[bool]) -> float:
+    """Delta-m% = (1/K) sum_k (-1)^delta_k (M_k - M_ref,k) / M_ref,k * 100, delta_k = 1 if higher is
+    better (Maninis et al. 2019; the FairGrad paper's metric). Lower is better."""
+    terms = [(-1.0 if hb else 1.0) * (m - r) / r for m, r, hb in zip(metrics, reference, higher_better)]
+    return 100.0 * sum(terms) / len(terms)
+
+
+def _stages(row: dict) -> set[str]:
+    return {col.rsplit("/", 1)[0] for col in row if "/" in col}
+
+
+def derive(cfg: Config, rows: list[dict]) -> list[dict]:
+    """Add "<stage>/delta_m" to each multi-task row, against stl_a (acc_a) and stl_b (acc_b) of the
+    same seed at the same stage ("dense" or "compressed@<level>"); rows without references are unchanged."""
+    refs = {(r["variant"], r["seed"]): r for r in rows if r["variant"] in STL_VARIANTS}
+    out = []
+    for row in rows:
+        row = dict(row)
+        ra, rb = refs.get(("stl_a", row["seed"])), refs.get(("stl_b", row["seed"]))
+        if row["variant"] in MTL_VARIANTS and ra is not None and rb is not None:
+            for stage in sorted(_stages(row)):
+                cols = [f"{stage}/acc_a", f"{stage}/acc_b"]
+                m, ref = [row.get(cols[0]), row.get(cols[1])], [ra.get(cols[0]), rb.get(cols[1])]
+                if None not in m and None not in ref:
+                    row[f"{stage}/delta_m"] = delta_m(m, ref, [True, True])
+        out.append(row)
+    return out
+
+
+def comparisons(cfg: Config) -> list[Comparison]:
+    rows = [Comparison(metric="delta_m", method="fairgrad", baseline=b, better="lower",
+                       text=f"FairGrad has lower Delta-m% than {b.upper()} on Multi-Fashion+MNIST")
+            for b in ("ls", "mgda", "pcgrad")]
+    level = level_name(cfg.compare_level)
+    rows.append(Comparison(metric="delta_m", method="fairgrad", baseline="ls", better="lower", stage="compressed",
+                           level=level, text=f"FairGrad keeps a lower Delta-m% than LS with the trunk pruned to {level}"))
+    return rows
+
+
+SPEC = register_paper(PaperSpec(
+    id="fairgrad",
+    title="Fair Resource Allocation in Multi-Task Learning",
+    claim="lower Delta-m than the baselines",
+    Config=Config,
+    variants=MTL_VARIANTS + tuple(STL_VARIANTS),
+    prepare=prepare, train=train, compress=compress, evaluate=evaluate,
+    comparisons=comparisons, derive=derive,
+    resources=("fashion_mnist", "mnist10k"),
+    data="Multi-Fashion+MNIST built here: a real Fashion-MNIST item (top-left) and a real MNIST digit "
+         "(bottom-right) on a 36x36 canvas, pixel-wise max, resized to 28x28; task A = fashion class, task B = digit",
+    substitutions="Paper: CelebA (40 tasks), NYU-v2, Cityscapes, QM9 with large CNNs/GNNs, many epochs. Here: "
+                  "two-task Multi-Fashion+MNIST (MNIST from a 10k-image pool, fixed overlay offsets), a ~21k-parameter "
+                  "LeNet trunk with linear heads, a few thousand Adam steps, 3 seeds; same FairGrad solver (least squares, "
+                  "alpha=2, x K, clip 1.0) and baselines as the official code",
+    compression="global magnitude pruning of the shared trunk's weight tensors at each level (heads untouched, no "
+                "fine-tuning); compressed Delta-m% is against single-task models pruned at the same level",
+    figure="sparsity",
+    weight=1,
+))
