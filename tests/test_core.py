@@ -76,3 +76,14 @@ def test_transformer_is_causal():
     y = x.clone()
     y[0, 5:] = (y[0, 5:] + 1) % 11
     assert torch.allclose(model(x)[0, :5], model(y)[0, :5], atol=1e-6)
+
+
+@pytest.mark.parametrize("n_prune", [0, 1, 7, 20, 31, 32])
+def test_keep_mask_lowest_equals_stable_sort(n_prune):
+    from paperflow.compress.magnitude import keep_mask_lowest
+
+    torch.manual_seed(0)
+    scores = torch.randint(0, 6, (9, 32)).float()  # many ties
+    ref = torch.ones_like(scores, dtype=torch.bool)
+    ref.scatter_(1, torch.sort(scores, dim=1, stable=True).indices[:, :n_prune], False)
+    assert torch.equal(keep_mask_lowest(scores, n_prune), ref)

@@ -11,15 +11,31 @@ from typing import Mapping
 import torch
 
 
+def keep_mask_lowest(scores: torch.Tensor, n_prune: int) -> torch.Tensor:
+    """Keep mask of a (rows, n) score matrix with the n_prune lowest scores of each row pruned.
+
+    Same result as pruning the first n_prune entries of a stable sort (ties go to the lower index),
+    but O(n) per row: the n_prune-th smallest value is found with kthvalue, every score below it is
+    pruned, and ties at it are pruned in index order until the row has exactly n_prune.
+    """
+    rows, n = scores.shape
+    if n_prune <= 0:
+        return torch.ones_like(scores, dtype=torch.bool)
+    if n_prune >= n:
+        return torch.zeros_like(scores, dtype=torch.bool)
+    thr = torch.kthvalue(scores, n_prune, dim=1, keepdim=True).values  # (rows, 1)
+    below = scores < thr
+    tie = scores == thr
+    need = n_prune - below.sum(1, keepdim=True)  # ties to prune per row, >= 1
+    prune = below | (tie & (torch.cumsum(tie, dim=1) <= need))
+    return ~prune
+
+
 def layer_magnitude_mask(weight: torch.Tensor, sparsity: float) -> torch.Tensor:
     """Keep the largest-|w| (1 - sparsity) fraction of `weight` (exactly int(numel * sparsity) pruned)."""
     _check_sparsity(sparsity)
     n_prune = int(weight.numel() * sparsity)
-    mask = torch.ones(weight.numel(), dtype=torch.bool)
-    if n_prune:
-        idx = torch.argsort(weight.detach().abs().reshape(-1), stable=True)[:n_prune]
-        mask[idx] = False
-    return mask.view_as(weight)
+    return keep_mask_lowest(weight.detach().abs().reshape(1, -1), n_prune).view_as(weight)
 
 
 def global_magnitude_masks(weights: Mapping[str, torch.Tensor], sparsity: float) -> dict[str, torch.Tensor]:
@@ -27,10 +43,7 @@ def global_magnitude_masks(weights: Mapping[str, torch.Tensor], sparsity: float)
     _check_sparsity(sparsity)
     names = list(weights)
     flat = torch.cat([weights[n].detach().abs().reshape(-1) for n in names])
-    keep = torch.ones(flat.numel(), dtype=torch.bool)
-    n_prune = int(flat.numel() * sparsity)
-    if n_prune:
-        keep[torch.argsort(flat, stable=True)[:n_prune]] = False
+    keep = keep_mask_lowest(flat.view(1, -1), int(flat.numel() * sparsity)).view(-1)
     masks, offset = {}, 0
     for n in names:
         numel = weights[n].numel()

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from .magnitude import keep_mask_lowest
+
 
 def update_scaler_row(scaler_row: torch.Tensor, n_samples: int, x: torch.Tensor) -> tuple[torch.Tensor, int]:
     """One WrappedGPT.add_batch step: fold a batch of inputs into the running average.
@@ -44,12 +46,8 @@ def row_prune_mask(score: torch.Tensor, sparsity: float) -> torch.Tensor:
     """Keep mask (out, in): in each row the int(in * sparsity) lowest scores are pruned (False)."""
     if not 0.0 <= sparsity < 1.0:
         raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
-    n_prune = int(score.shape[1] * sparsity)
-    mask = torch.ones_like(score, dtype=torch.bool)
-    if n_prune:
-        idx = torch.sort(score, dim=-1, stable=True).indices[:, :n_prune]  # (out, n_prune)
-        mask.scatter_(1, idx, False)
-    return mask
+    # Wanda sorts each row (stable) and prunes the first int(in * s): keep_mask_lowest gives the same mask in O(in)
+    return keep_mask_lowest(score, int(score.shape[1] * sparsity))
 
 
 def wanda_mask(weight: torch.Tensor, scaler_row: torch.Tensor, sparsity: float) -> torch.Tensor:
