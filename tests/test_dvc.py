@@ -39,3 +39,8 @@ def test_dvc_reads_the_pipeline():
     for spec in list_papers():
         assert spec.id in proc.stdout
     assert yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+
+
+def test_snakemake_lint_is_clean():
+    proc = subprocess.run([PYTHON, "-m", "snakemake", "--lint", "--config", "profile=smoke"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "in a good condition" in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]

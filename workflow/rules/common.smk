@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # runs from a checkout 
 from paperflow import config as pf_config
 from paperflow.data.resources import RESOURCES
 from paperflow.spec import ConfigError
+from snakemake.exceptions import WorkflowError
 
 # Validated before any job: unknown paper ids or keys, out-of-range values, undefined profile.
 try:
@@ -21,9 +22,15 @@ PROFILE = PLAN["profile"]
 PAPERS = sorted(PLAN["papers"])
 SEEDS = PLAN["seeds"]
 SOURCES = Path(config.get("sources_dir") or "sources")
-# The stage CLI runs this checkout's code, whatever `pip install -e` points at.
-PF = f"PYTHONPATH={shlex.quote(str(Path(workflow.basedir) / 'src'))} {shlex.quote(sys.executable)} -m paperflow.cli"
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# Jobs run `python3 -m paperflow.cli` with the interpreter running Snakemake (the .venv) and this
+# checkout's code, whatever `pip install -e` points at. It is set in the shell prefix rather than in
+# each rule's params, so that moving the checkout or the venv does not change a params rerun trigger.
+shell.prefix(
+    "set -euo pipefail; "
+    f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
+    f"export PYTHONPATH={shlex.quote(str(Path(workflow.basedir) / 'src'))}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+    "export MLFLOW_DISABLE_TELEMETRY=true; "
+)
 
 
 wildcard_constraints:
@@ -36,12 +43,16 @@ wildcard_constraints:
 # machine has CPUs. With --cores 8 on 2 CPUs a weight-1 job takes 4 slots (2 jobs at once) and runs
 # 1 torch thread; a weight-2 job (a 135M LM) takes 8 slots and runs 2 threads.
 NCPU = os.cpu_count() or 1
-SLOTS_PER_CPU = max(1, workflow.cores // NCPU)
+try:
+    CORES = workflow.cores
+except WorkflowError:  # --unlock, --lint and other calls that run no job set no --cores
+    CORES = NCPU
+SLOTS_PER_CPU = max(1, CORES // NCPU)
 
 
 def job_threads(paper, weight=None):
     w = weight if weight is not None else PLAN["papers"][paper]["weight"]
-    return min(workflow.cores, max(1, w) * SLOTS_PER_CPU)
+    return min(CORES, max(1, w) * SLOTS_PER_CPU)
 
 
 def torch_threads(threads):
@@ -83,7 +94,7 @@ def check_sources():
 
 
 def init_tracking():
-    shell(f"{PF} init-tracking")
+    shell(f"python3 -m paperflow.cli init-tracking")
 
 
 check_sources()

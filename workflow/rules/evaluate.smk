@@ -7,9 +7,12 @@ rule collect:
     output:
         "results/{paper}/metrics.csv",
     params:
+        profile=PROFILE,
         cfg=paper_params,
         seeds=SEEDS,
+    conda:
+        "../envs/paperflow.yaml"
     log:
         "logs/{paper}/collect.log",
     shell:
-        "{PF} stage collect --paper {wildcards.paper} --profile {PROFILE} 2>&1 | tee {log}"
+        "python3 -m paperflow.cli stage collect --paper {wildcards.paper} --profile {params.profile} 2>&1 | tee {log}"

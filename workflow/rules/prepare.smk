@@ -7,11 +7,14 @@ rule prepare:
     output:
         "results/{paper}/data/data.pt",
     params:
+        profile=PROFILE,
         cfg=paper_params,
         torch_threads=lambda wildcards, threads: torch_threads(threads),
     threads: lambda wildcards: job_threads(wildcards.paper)
+    conda:
+        "../envs/paperflow.yaml"
     log:
         "logs/{paper}/prepare.log",
     shell:
-        "{PF} stage prepare --paper {wildcards.paper} --profile {PROFILE} "
+        "python3 -m paperflow.cli stage prepare --paper {wildcards.paper} --profile {params.profile} "
         "--threads {params.torch_threads} 2>&1 | tee {log}"

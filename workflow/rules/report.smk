@@ -9,9 +9,11 @@ rule report:
         md="reports/claims.md",
         html="reports/index.html",
     params:
-        papers=PAPERS,
         profile=PROFILE,
+        papers=PAPERS,
+    conda:
+        "../envs/paperflow.yaml"
     log:
         "logs/report.log",
     shell:
-        "{PF} report --profile {PROFILE} --papers {params.papers:q} 2>&1 | tee {log}"
+        "python3 -m paperflow.cli report --profile {params.profile} --papers {params.papers:q} 2>&1 | tee {log}"

@@ -19,7 +19,9 @@ for _res in RESOURCES.values():
             sources=SOURCES,
             torch_threads=torch_threads(job_threads(None, weight=2)),
         threads: job_threads(None, weight=2)
+        conda:
+            "../envs/paperflow.yaml"
         log:
             f"logs/resources/{_res.name}.log",
         shell:
-            "{PF} resource {params.name} --sources {params.sources} --threads {params.torch_threads} 2>&1 | tee {log}"
+            "python3 -m paperflow.cli resource {params.name} --sources {params.sources} --threads {params.torch_threads} 2>&1 | tee {log}"

@@ -14,11 +14,14 @@ rule run:
         compressed="results/{paper}/{variant}/seed{seed}/compressed.pt",
         metrics="results/{paper}/{variant}/seed{seed}/metrics.json",
     params:
+        profile=PROFILE,
         cfg=paper_params,
         torch_threads=lambda wildcards, threads: torch_threads(threads),
     threads: lambda wildcards: job_threads(wildcards.paper)
+    conda:
+        "../envs/paperflow.yaml"
     log:
         "logs/{paper}/{variant}/seed{seed}/run.log",
     shell:
-        "{PF} stage run --paper {wildcards.paper} --variant {wildcards.variant} --seed {wildcards.seed} "
-        "--profile {PROFILE} --threads {params.torch_threads} 2>&1 | tee {log}"
+        "python3 -m paperflow.cli stage run --paper {wildcards.paper} --variant {wildcards.variant} --seed {wildcards.seed} "
+        "--profile {params.profile} --threads {params.torch_threads} 2>&1 | tee {log}"
