@@ -10,10 +10,10 @@ from conftest import PYTHON, ROOT, SNAKEMAKE, copy_checkout, run
 
 
 @pytest.fixture()
-def checkout(tmp_path):
+def checkout(tmp_path, repo_resources):
     ws = copy_checkout(tmp_path / "ws")
     shutil.rmtree(ws / "resources", ignore_errors=True)
-    (ws / "resources").symlink_to(ROOT / "resources")
+    (ws / "resources").symlink_to(repo_resources)
     return ws
 
 
