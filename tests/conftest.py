@@ -39,7 +39,7 @@ def copy_checkout(dest: Path) -> Path:
 @pytest.fixture(scope="session")
 def repo_resources() -> Path:
     """Build the data resources once in the repository (cheap when present)."""
-    run(SNAKEMAKE + ["--cores", "2", "resources_all", "--config", "profile=smoke"], ROOT, timeout=1800)
+    run(SNAKEMAKE + ["--cores", "2", "--nolock", "resources_all", "--config", "profile=smoke"], ROOT, timeout=1800)
     return ROOT / "resources"
 
 
