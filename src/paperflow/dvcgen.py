@@ -21,7 +21,8 @@ PKG = Path(__file__).resolve().parent
 # The stage runner every job goes through (imported by cli.py at run time).
 RUNNER = ("cli.py", "stages.py", "config.py", "registry.py", "spec.py", "artifacts.py", "tracking.py")
 WORKFLOW = ("Snakefile", "workflow/rules", "workflow/schemas")
-SNAKEMAKE = "snakemake --cores 8 --config profile=${profile} --"
+# The .venv that scripts/setup.sh makes (DVC runs cmds with the caller's PATH, where it may not be first).
+SNAKEMAKE = ".venv/bin/python -m snakemake --cores 8 --config profile=${profile} --"
 
 
 def _module_file(name: str) -> Path | None:
