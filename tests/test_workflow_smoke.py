@@ -119,3 +119,12 @@ def test_killed_job_leaves_no_artifact_and_next_run_completes(workspace, smoke_r
     done = run(SNAKEMAKE + ["--cores", "2", "--config", "profile=smoke", "--rerun-incomplete", "--", str(rel / "metrics.json")], workspace)
     assert done.returncode == 0
     assert json.loads((run_dir / "metrics.json").read_text())["metrics"] == before
+
+
+def test_editing_a_paper_module_reruns_only_that_paper(workspace, smoke_run):
+    module = workspace / "src" / "paperflow" / "papers" / "dcmha.py"
+    os.utime(module)  # as an edit would
+    proc = run(SNAKEMAKE + ["-n", "--cores", "8", "all", "--config", "profile=smoke"], workspace)
+    out = proc.stdout + proc.stderr
+    assert "wildcards: paper=dcmha" in out
+    assert "paper=owl" not in out and "paper=fairgrad" not in out

@@ -145,6 +145,14 @@ def _code_fingerprint(extra_modules: list[str]) -> list:
     return [[str(f), f.stat().st_mtime_ns, f.stat().st_size] for f in files]
 
 
+def paper_code(spec: PaperSpec) -> list[str]:
+    """Repo-relative source files of a paper: its module and the package modules it imports.
+    The Snakefile lists them as inputs, so editing the paper's code reruns its jobs."""
+    from .dvcgen import shared_deps
+
+    return shared_deps(Path(spec.module).resolve()) if spec.module and Path(spec.module).exists() else []
+
+
 def workflow_plan(params: Mapping[str, Any], cache: str | Path | None = None) -> dict:
     """What the Snakefile needs: profile, seeds, and per paper its variants, resources, weight and
     resolved params section.
@@ -177,6 +185,7 @@ def workflow_plan(params: Mapping[str, Any], cache: str | Path | None = None) ->
                 "variants": list(get_paper(pid).variants),
                 "resources": list(get_paper(pid).resources),
                 "weight": int(get_paper(pid).weight),
+                "code": paper_code(get_paper(pid)),
                 "section": settings.sections[pid],
             }
             for pid in settings.papers

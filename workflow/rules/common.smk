@@ -71,6 +71,11 @@ def paper_resources(wildcards):
     return [resource_path(r) for r in PLAN["papers"][wildcards.paper]["resources"]]
 
 
+def paper_code(wildcards):
+    # The paper's module and the shared modules it imports: a code change reruns its jobs.
+    return PLAN["papers"][wildcards.paper]["code"]
+
+
 def run_dir(paper, variant, seed):
     return f"results/{paper}/{variant}/seed{seed}"
 

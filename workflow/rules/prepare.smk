@@ -3,7 +3,8 @@
 
 rule prepare:
     input:
-        paper_resources,
+        resources=paper_resources,
+        code=paper_code,
     output:
         "results/{paper}/data/data.pt",
     params:

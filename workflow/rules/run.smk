@@ -7,6 +7,7 @@
 rule run:
     input:
         data="results/{paper}/data/data.pt",
+        code=paper_code,
     output:
         model="results/{paper}/{variant}/seed{seed}/model.pt",
         curves="results/{paper}/{variant}/seed{seed}/curves.json",
