@@ -116,7 +116,7 @@ def cmd_dvc_yaml(args: argparse.Namespace) -> int:
     from .dvcgen import dvc_yaml_text
 
     root = find_root()
-    text = dvc_yaml_text(root)
+    text = dvc_yaml_text()
     if args.write:
         from .artifacts import save_text
 

@@ -118,7 +118,7 @@ def _combined_backward(
     if others:
         head_grads = torch.autograd.grad(losses.sum(), list(others), allow_unused=True)
         for p, g in zip(others, head_grads):
-            p.grad = g if g is not None else None
+            p.grad = g  # None for a head unused by every task
     direction = combine(G, losses.detach())  # (P,)
     offset = 0
     for p in shared:
