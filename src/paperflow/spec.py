@@ -87,6 +87,9 @@ class PaperSpec:
     substitutions: str = ""  # what differs from the paper, shown in the report
     compression: str = ""  # what the compress stage does, in words
     figure: str = "sparsity"  # "sparsity" (metric vs level) or "layer_profile" (per-layer sparsity)
+    # (cost metric, quality metric), e.g. ("flops", "acc"): the report plots quality against the measured
+    # cost of every variant, dense and at every compression level (the "saving vs metric" figure).
+    tradeoff: tuple[str, str] | None = None
     # Relative CPU weight of one train job: heavy jobs get more threads (workflow/rules/common.smk).
     weight: int = 1
     module: str = ""  # source file, filled in by register_paper

@@ -37,6 +37,8 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
             level = next((c.level for c in comps if c.level), None)
             if level and (f := figures.layer_profile_figure(table, pid, level, fig_dir / f"{pid}_layers.png")):
                 figs.append(f)
+        if spec.tradeoff and (f := figures.tradeoff_figure(table, pid, *spec.tradeoff, fig_dir / f"{pid}_tradeoff.png")):
+            figs.append(f)
         if comps and (f := figures.compression_figure(table, pid, comps[0].metric, fig_dir / f"{pid}_compression.png")):
             figs.append(f)
         sections.append((spec, rows, figs, _timing(table)))

@@ -109,3 +109,47 @@ def layer_profile_figure(table: pl.DataFrame, paper: str, level: str, out: Path)
 def _spans_decades(table: pl.DataFrame, cols: list[str]) -> bool:
     values = [v for c in cols for v in table[c].drop_nulls().to_list() if v and v > 0 and math.isfinite(v)]
     return bool(values) and max(values) / min(values) > 30
+
+
+def tradeoff_figure(table: pl.DataFrame, paper: str, cost: str, quality: str, out: Path) -> Path | None:
+    """Quality vs measured cost: one point per variant and stage (dense, compressed@level), mean over seeds.
+
+    Reads columns "<stage>/<cost>" and "<stage>/<quality>"; the x axis is logarithmic when the costs
+    span more than a decade (e.g. bytes of a full vs a fixed-size cache)."""
+    stages = sorted({c.rsplit("/", 1)[0] for c in table.columns if c.endswith(f"/{cost}")} &
+                    {c.rsplit("/", 1)[0] for c in table.columns if c.endswith(f"/{quality}")})
+    if not stages:
+        return None
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    xs_all = []
+    for variant in table["variant"].unique(maintain_order=True):
+        sub = table.filter(pl.col("variant") == variant)
+        points = []
+        for stage in stages:
+            x, y = sub[f"{stage}/{cost}"].mean(), sub[f"{stage}/{quality}"].mean()
+            if x is not None and y is not None and math.isfinite(x) and math.isfinite(y):
+                points.append((x, y, stage))
+        if not points:
+            continue
+        points.sort()
+        xs_all += [p[0] for p in points]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=variant, lw=1.0)
+        for x, y, stage in points:
+            if stage != "dense":
+                ax.annotate(stage.split("@", 1)[-1], (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
+    if not xs_all:
+        plt.close(fig)
+        return None
+    positive = [x for x in xs_all if x > 0]
+    if positive and len(positive) == len(xs_all) and max(positive) / min(positive) > 10:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{cost} (measured)")
+    ax.set_ylabel(quality)
+    ax.set_title(f"{paper}: {quality} vs {cost}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,69 @@
+"""Measured costs: parameter counts, FLOPs counted by torch, latency, bytes.
+
+Papers whose claim is a saving report these, measured on the model they built, never estimated by
+hand. FLOPs come from torch.utils.flop_counter.FlopCounterMode, which counts every matmul,
+convolution and attention op that dispatches (2 FLOPs per multiply-add); element-wise ops
+(activations, norms) are not counted, as in fvcore/ptflops conventions.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def count_params(source: torch.nn.Module | Mapping[str, torch.Tensor] | Iterable[torch.Tensor], trainable_only: bool = False) -> int:
+    """Number of scalars in a module's parameters, a state dict, or an iterable of tensors."""
+    if isinstance(source, torch.nn.Module):
+        tensors = [p for p in source.parameters() if p.requires_grad or not trainable_only]
+    elif isinstance(source, Mapping):
+        tensors = list(source.values())
+    else:
+        tensors = list(source)
+    return int(sum(t.numel() for t in tensors))
+
+
+def count_nonzero(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> int:
+    values = tensors.values() if isinstance(tensors, Mapping) else tensors
+    return int(sum(int(torch.count_nonzero(t)) for t in values))
+
+
+def nbytes(tensors: Mapping[str, torch.Tensor] | Iterable[torch.Tensor]) -> int:
+    """Bytes held by the tensors (numel x element size)."""
+    values = tensors.values() if isinstance(tensors, Mapping) else tensors
+    return int(sum(t.numel() * t.element_size() for t in values))
+
+
+def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """FLOPs of fn(*args, **kwargs) as dispatched (forward, and backward too if fn calls it)."""
+    with FlopCounterMode(display=False) as mode:
+        fn(*args, **kwargs)
+    return int(mode.get_total_flops())
+
+
+def forward_backward_flops(loss_fn: Callable[[], torch.Tensor]) -> tuple[int, int]:
+    """(forward FLOPs, backward FLOPs) of one step: loss_fn() builds the loss, then .backward() runs.
+
+    Backward FLOPs depend on what requires grad: frozen weights need no weight gradient, and a
+    frozen prefix of the network needs no backward at all, which is how sparse updates save compute."""
+    with FlopCounterMode(display=False) as fwd:
+        loss = loss_fn()
+    with FlopCounterMode(display=False) as bwd:
+        loss.backward()
+    return int(fwd.get_total_flops()), int(bwd.get_total_flops())
+
+
+@torch.no_grad()
+def latency(fn: Callable[..., Any], *args: Any, repeats: int = 20, warmup: int = 3, **kwargs: Any) -> float:
+    """Median wall time in seconds of fn(*args, **kwargs) over `repeats` calls after `warmup` calls."""
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn(*args, **kwargs)
+        times.append(time.perf_counter() - t0)
+    return float(statistics.median(times))
