@@ -36,6 +36,7 @@ def test_report_is_written(workspace, smoke_run):
     html = (workspace / "reports" / "index.html").read_text()
     for pid in PAPERS:
         assert f"id='{pid}'" in html
+    assert "Data and substitutions" in html
 
 
 @pytest.mark.parametrize("paper", PAPERS)

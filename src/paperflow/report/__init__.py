@@ -111,6 +111,13 @@ def _html(sections, settings: Settings, out: Path) -> str:
         for r in rows:
             parts.append(f"<tr><td><a href='#{e(spec.id)}'>{e(spec.id)}</a></td><td>{e(r['comparison'])}</td><td>{_badge(r['verdict'])}</td></tr>")
     parts.append("</table>")
+    # One row per paper: what was used instead of the paper's data/model/scale (the substitutions column).
+    parts.append("<h2>Data and substitutions</h2><table><tr><th>paper</th><th>data</th><th>substitutions</th>"
+                 "<th>compression stage</th></tr>")
+    for spec, _r, _f, _t in sections:
+        parts.append(f"<tr><td><a href='#{e(spec.id)}'>{e(spec.id)}</a></td><td>{e(spec.data)}</td>"
+                     f"<td>{e(spec.substitutions or 'none')}</td><td>{e(spec.compression or 'none')}</td></tr>")
+    parts.append("</table>")
     for spec, rows, figs, timing in sections:
         parts += [
             f"<h2 id='{e(spec.id)}'>{e(spec.id)}: {e(spec.title)}</h2>",
