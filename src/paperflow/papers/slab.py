@@ -1,0 +1,463 @@
+"""SLAB: "Efficient Transformers with Simplified Linear Attention and Progressive Re-parameterized Batch
+Normalization" (Jialong Guo, Xinghao Chen, Yehui Tang, Yunhe Wang), ICML 2024.
+
+Official code: https://github.com/xinghaochen/SLAB (classification/models/prepbn.py: RepBN, LinearNorm;
+classification/models/slab_deit.py: Attention, deit_{tiny,small}_patch16_224_linear_repbn). The equation
+labels (R1)-(R3), (S1)-(S3) below are ours (the paper's own numbering could not be checked offline); the
+sections are the paper's Sec. 3.1 (PRepBN) and Sec. 3.2 (simplified linear attention).
+
+What is implemented
+-------------------
+PRepBN (Sec. 3.1; prepbn.py). Tokens X (B, N, C):
+
+  (R1) RepBN(X) = BN(X) + alpha * X          BN over the batch and token axes per channel (BatchNorm1d on
+                                             (B, C, N)), alpha a learnable scalar initialised to 1.
+  (R2) PRepBN(X) = lambda * LN(X) + (1 - lambda) * RepBN(X)   in training;  RepBN(X) at evaluation.
+  (R3) lambda = max(0, (T - t) / T), t = number of training-mode forward calls of this module after the
+       warm-up calls (during which only LN runs), T = the decay length. As in LinearNorm.forward the
+       counter lives in buffers and moves on every training-mode forward call, not on optimizer steps;
+       evaluation-mode calls do not move it. Official DeiT-T/S: warm = 0, T = 60000 calls (with 8 GPUs x 128
+       images per GPU and 300 epochs of ImageNet, ~1251 calls per epoch, T is ~16% of training; we use
+       prepbn_decay = 0.16 of the training steps). The official r0 = 1 factor is omitted (it is 1).
+
+  Re-parameterisation (the compress stage, level "folded"; paper Fig. 2(b)): at evaluation RepBN is the
+  per-channel affine map RepBN(x) = s * x + t with s = gamma / sqrt(var + eps) + alpha and
+  t = beta - gamma * mean / sqrt(var + eps) (running statistics), so it folds into the Linear layer that reads
+  the norm's output: W' = W diag(s), b' = b + W t. In the pre-norm block norm1 only feeds attn.qkv and
+  norm2 only feeds ffn.fc1; the final norm feeds the head through the (linear) token mean, so it folds into
+  the head. The folded model has no normalisation op at all. For the LayerNorm baselines the same stage folds
+  the LN affine (weight, bias) into the same Linear layers and keeps the parameter-free standardisation
+  (per-token statistics cannot be folded), so every variant is measured after its own best folding.
+
+Simplified linear attention, SLA (Sec. 3.2; slab_deit.py::Attention). Per head, with Q, K, V = X W_q, X W_k,
+X W_v (qkv bias on, as in the official factory), a learnable positional encoding P (N, C, zero init) added
+to the keys before the kernel:
+
+  (S1) Q' = ReLU(Q),  K' = ReLU(K + P)
+  (S2) O_i = Q'_i (sum_j K'_j^T V_j) / (Q'_i . sum_j K'_j + 1e-6)       (no 1/sqrt(d) scale; float32)
+  (S3) O = O + DWC(V)   a depth-wise k x k conv (k = 5, padding 2, with bias) over the sqrt(N) x sqrt(N)
+       token grid, on head_dim channels and SHARED across heads (the official conv is applied to the
+       (batch*heads, head_dim, h, w) map); then the output projection.
+  The product order is picked by cost as in the official code: Q'(K'^T V) when N^2 (c + d) > c d (2N), else
+  (Q' K'^T) V (same value). No class token: the official SLAB-DeiT pools the mean of the patch tokens (the
+  DWC needs a square grid), so every variant here uses pool="mean".
+
+Variants (paperflow.nn.vit.ViT with norm_fn / attn_fn factories): "slab" = PRepBN + SLA, the baseline
+"ln_softmax" = LayerNorm + softmax attention (the shared SelfAttention), same ViT otherwise.
+
+Metrics (evaluate, dense and folded): acc (% top-1 on the test subset), flops (per image, counted with
+torch's FlopCounterMode via paperflow.measure.count_flops: matmuls, bmm, convs; norms and activations are
+not counted), params, latency_ms (single-thread wall time of one batch of `latency_batch` test images: the best of
+`latency_rounds` rounds, each the median of `latency_repeats` calls of paperflow.measure.latency), latency_rel (that latency divided by the latency of a randomly
+initialised, unfolded LayerNorm + softmax ViT of the same size measured interleaved in the same process,
+rounds of repeats alternating the two models: the ratio cancels the load of a shared machine), and
+latency_large_ms / latency_large_rel / flops_large: the same architecture (same widths, same folded or
+unfolded structure, random weights, latency only) at patch_size = large_patch (28/2 -> 196 tokens, the
+token count of DeiT at 224/16), where linear attention's O(N) cost can show; at 49 tokens the softmax map is
+tiny and its cost is comparable. The large configuration is NOT trained: its accuracy is not reported.
+
+Substitutions for laptop scale: Fashion-MNIST (a 30k train subset, 5k test images, 28x28x1, patch 4 ->
+7x7 = 49 tokens) instead of ImageNet-1k at 224 (196 tokens); a 3-layer d=48 3-head ViT (head_dim 16) instead
+of DeiT-T/S (12 layers, 192/384 wide); 900 AdamW steps with a cosine schedule instead of 300 epochs with the
+DeiT recipe (no mixup/cutmix/label smoothing/random erasing/drop path); latency on one CPU thread in eager
+PyTorch instead of a GPU; PRepBN decay 16% of the steps as in the official step count.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..data.images import accuracy, load_fashion, subset, to_float
+from ..loop import cosine_lr, train_loop
+from ..measure import count_flops, count_params, latency
+from ..nn.vit import SelfAttention, ViT, ViTConfig
+from ..registry import register_paper
+from ..spec import Comparison, PaperSpec, check
+
+# variant -> (norm, attention)
+VARIANT_PARTS = {"slab": ("prepbn", "linear"), "ln_softmax": ("ln", "softmax")}
+VARIANTS = tuple(VARIANT_PARTS)
+LEVEL = "folded"
+NORMS = ("prepbn", "ln", "identity", "lnstat")  # lnstat: LayerNorm without affine (after folding)
+
+
+@dataclass(frozen=True)
+class Config:
+    # data
+    n_train: int = 30000  # Fashion-MNIST train subset
+    n_test: int = 5000  # test subset for acc
+    data_seed: int = 0
+    # model (paperflow.nn.vit; pool="mean" for every variant, as SLAB-DeiT)
+    image_size: int = 28
+    patch_size: int = 4  # 28/4 -> 7x7 = 49 tokens
+    d_model: int = 48
+    n_layer: int = 3
+    n_head: int = 3  # head_dim 16
+    mlp_ratio: float = 4.0
+    dwc_kernel: int = 5  # (S3), official 5
+    prepbn_decay: float = 0.16  # (R3) decay length T as a fraction of the training steps (official 60k calls)
+    prepbn_warm: float = 0.0  # LN-only warm-up calls before the decay, fraction of steps (official 0)
+    # optimisation (the same for every variant)
+    steps: int = 900
+    batch_size: int = 64
+    lr: float = 2e-3
+    warmup: int = 50
+    min_lr_ratio: float = 0.05
+    weight_decay: float = 0.05
+    log_every: int = 25
+    eval_batch: int = 1000
+    # latency (single thread, eval mode, no grad)
+    latency_batch: int = 16
+    latency_repeats: int = 5  # calls per round (median)
+    latency_rounds: int = 3  # rounds alternating model and reference (best round of each)
+    large_patch: int = 2  # latency-only configuration: 28/2 -> 14x14 = 196 tokens (0 = skip)
+    # claims
+    acc_margin: float = 0.01  # "close": slab within 1% (relative) of ln_softmax's accuracy or better
+
+    def __post_init__(self) -> None:
+        check(self.n_train > 0 and self.n_test > 0, f"n_train and n_test must be > 0, got {self.n_train}, {self.n_test}")
+        check(self.image_size > 0 and self.patch_size > 0 and self.image_size % self.patch_size == 0,
+              f"image_size ({self.image_size}) must be a positive multiple of patch_size ({self.patch_size})")
+        check(self.d_model > 0 and self.n_head > 0 and self.d_model % self.n_head == 0,
+              f"d_model ({self.d_model}) must be a positive multiple of n_head ({self.n_head})")
+        check(self.n_layer >= 1 and self.mlp_ratio > 0, "n_layer must be >= 1 and mlp_ratio > 0")
+        check(self.dwc_kernel >= 1 and self.dwc_kernel % 2 == 1, f"dwc_kernel must be odd and >= 1, got {self.dwc_kernel}")
+        check(0 < self.prepbn_decay <= 1, f"prepbn_decay must be in (0, 1] (fraction of steps), got {self.prepbn_decay}")
+        check(0 <= self.prepbn_warm < 1 and self.prepbn_warm + self.prepbn_decay <= 1,
+              f"prepbn_warm must be in [0, 1) with prepbn_warm + prepbn_decay <= 1, got {self.prepbn_warm}")
+        check(self.steps >= 1 and self.batch_size >= 2, f"steps must be >= 1 and batch_size >= 2 (BatchNorm), got {self.steps}, {self.batch_size}")
+        check(self.lr > 0 and 0 <= self.min_lr_ratio <= 1, f"lr must be > 0 and min_lr_ratio in [0, 1], got {self.lr}, {self.min_lr_ratio}")
+        check(0 <= self.warmup < self.steps, f"warmup must be in [0, steps), got {self.warmup}")
+        check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        check(self.log_every >= 1 and self.eval_batch >= 1, "log_every and eval_batch must be >= 1")
+        check(self.latency_batch >= 1 and self.latency_repeats >= 1 and self.latency_rounds >= 1,
+              "latency_batch, latency_repeats and latency_rounds must be >= 1")
+        check(self.large_patch == 0 or (self.large_patch > 0 and self.image_size % self.large_patch == 0),
+              f"large_patch must be 0 (off) or divide image_size {self.image_size}, got {self.large_patch}")
+        check(self.acc_margin >= 0, f"acc_margin must be >= 0, got {self.acc_margin}")
+
+
+# ------------------------------------------------------------------------------------------ PRepBN
+class RepBN(nn.Module):
+    """(R1) RepBN(X) = BN(X) + alpha X on tokens (B, N, C); BN statistics over batch and tokens."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1))
+        self.bn = nn.BatchNorm1d(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(x.transpose(1, 2)).transpose(1, 2) + self.alpha * x
+
+    @torch.no_grad()
+    def affine(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Evaluation-mode RepBN as x -> s * x + t, (C,) each (running statistics)."""
+        bn = self.bn
+        inv = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        return inv + self.alpha, bn.bias - inv * bn.running_mean
+
+
+class LinearNorm(nn.Module):
+    """(R2)-(R3) PRepBN: LN-only for `warm` training calls, then lambda LN + (1 - lambda) RepBN with
+    lambda = remaining/total decaying by 1/total per training-mode forward call down to 0; RepBN at eval.
+    Counters are buffers (saved with the state dict), as prepbn.py::LinearNorm."""
+
+    def __init__(self, dim: int, decay_steps: int, warm_steps: int = 0) -> None:
+        super().__init__()
+        check(decay_steps >= 1, f"LinearNorm: decay_steps must be >= 1, got {decay_steps}")
+        self.register_buffer("warm", torch.tensor(int(warm_steps)))
+        self.register_buffer("remaining", torch.tensor(int(decay_steps)))
+        self.register_buffer("total", torch.tensor(int(decay_steps)))
+        self.norm1 = nn.LayerNorm(dim)
+        self.norm2 = RepBN(dim)
+
+    def lam(self) -> float:
+        """lambda of the next training-mode call (1 during warm-up)."""
+        return 1.0 if int(self.warm) > 0 else float(self.remaining) / float(self.total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return self.norm2(x)
+        if int(self.warm) > 0:
+            self.warm.sub_(1)
+            return self.norm1(x)
+        lam = float(self.remaining) / float(self.total)
+        if int(self.remaining) > 0:
+            self.remaining.sub_(1)
+        if lam == 0.0:  # decay over: the LN branch no longer contributes (skip its compute)
+            return self.norm2(x)
+        return lam * self.norm1(x) + (1.0 - lam) * self.norm2(x)
+
+
+# ------------------------------------------------------------------------------------------ SLA
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, order: str = "auto", eps: float = 1e-6) -> torch.Tensor:
+    """(S2) with kernel-mapped q, k (BH, N, c) and v (BH, N, d): O_i = q_i (K^T V) / (q_i . sum_j k_j + eps),
+    in float32; order "kv" = q (k^T v), "qk" = (q k^T) v, "auto" = the cheaper (official rule)."""
+    dtype = v.dtype
+    q, k, v = q.float(), k.float(), v.float()
+    i, j, c, d = q.shape[-2], k.shape[-2], k.shape[-1], v.shape[-1]
+    z = 1.0 / (q @ k.sum(dim=1, keepdim=True).transpose(1, 2) + eps)  # (BH, N, 1)
+    if order == "auto":
+        order = "kv" if i * j * (c + d) > c * d * (i + j) else "qk"
+    if order == "kv":
+        out = q @ (k.transpose(1, 2) @ v)  # (BH, N, c) @ (BH, c, d)
+    elif order == "qk":
+        out = (q @ k.transpose(1, 2)) @ v  # (BH, N, N) @ (BH, N, d)
+    else:
+        raise ValueError(f"linear_attention: order must be auto|kv|qk, got {order!r}")
+    return (out * z).to(dtype)
+
+
+class SimplifiedLinearAttention(nn.Module):
+    """(S1)-(S3): ReLU kernel, normalised linear attention, + depth-wise conv on V shared across heads."""
+
+    def __init__(self, dim: int, n_heads: int, n_tokens: int, kernel: int = 5) -> None:
+        super().__init__()
+        side = math.isqrt(n_tokens)
+        check(side * side == n_tokens, f"SLA needs a square token grid (no class token), got {n_tokens} tokens")
+        self.n_heads, self.head_dim, self.side = n_heads, dim // n_heads, side
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.pos_k = nn.Parameter(torch.zeros(1, n_tokens, dim))  # official positional_encoding (on keys)
+        self.dwc = nn.Conv2d(self.head_dim, self.head_dim, kernel, padding=kernel // 2, groups=self.head_dim)
+        self.order = "auto"
+
+    def heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, N, H*c) -> (B*H, N, c)."""
+        B, N, _ = t.shape
+        return t.view(B, N, self.n_heads, self.head_dim).transpose(1, 2).reshape(B * self.n_heads, N, self.head_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, N, D = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # (B, N, D) each
+        q, k, v = self.heads(F.relu(q)), self.heads(F.relu(k + self.pos_k)), self.heads(v)
+        y = linear_attention(q, k, v, self.order)  # (BH, N, c)
+        grid = v.transpose(1, 2).reshape(B * self.n_heads, self.head_dim, self.side, self.side)  # row-major tokens
+        y = y + self.dwc(grid).flatten(2).transpose(1, 2)  # (S3)
+        y = y.view(B, self.n_heads, N, self.head_dim).transpose(1, 2).reshape(B, N, D)
+        return self.proj(y)
+
+
+# ------------------------------------------------------------------------------------------ models
+def make_arch(cfg: Config, variant: str) -> dict:
+    check(variant in VARIANT_PARTS, f"slab: variant must be one of {VARIANTS}, got {variant!r}")
+    norm, attn = VARIANT_PARTS[variant]
+    vit = ViTConfig(image_size=cfg.image_size, patch_size=cfg.patch_size, in_channels=1, n_classes=10,
+                    d_model=cfg.d_model, n_layer=cfg.n_layer, n_head=cfg.n_head, mlp_ratio=cfg.mlp_ratio, pool="mean")
+    return {"vit": vit.to_dict(), "norm": norm, "attn": attn, "dwc_kernel": cfg.dwc_kernel,
+            "decay_steps": max(1, round(cfg.prepbn_decay * cfg.steps)), "warm_steps": round(cfg.prepbn_warm * cfg.steps),
+            "variant": variant}
+
+
+def _norm_fn(arch: dict):
+    kind = arch["norm"]
+    if kind == "prepbn":
+        return lambda d: LinearNorm(d, arch["decay_steps"], arch["warm_steps"])
+    if kind == "ln":
+        return nn.LayerNorm
+    if kind == "lnstat":
+        return lambda d: nn.LayerNorm(d, elementwise_affine=False)
+    if kind == "identity":
+        return lambda d: nn.Identity()
+    raise ValueError(f"slab: unknown norm {kind!r}")
+
+
+def build_model(arch: dict) -> ViT:
+    vit = ViTConfig(**arch["vit"])
+    if arch["attn"] == "linear":
+        attn_fn = lambda d, h, n: SimplifiedLinearAttention(d, h, n, arch["dwc_kernel"])  # noqa: E731
+    elif arch["attn"] == "softmax":
+        attn_fn = lambda d, h, n: SelfAttention(d, h, n)  # noqa: E731
+    else:
+        raise ValueError(f"slab: unknown attention {arch['attn']!r}")
+    return ViT(vit, norm_fn=_norm_fn(arch), attn_fn=attn_fn)
+
+
+def load_model(model: dict) -> ViT:
+    net = build_model(model["arch"])
+    net.load_state_dict(model["state"])
+    return net.eval()
+
+
+def _state(net: nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+
+# ------------------------------------------------------------------------------------------ folding
+def norm_affine(norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The evaluation-mode per-channel affine part (s, t) of a norm: all of RepBN / PRepBN (norm -> identity),
+    the weight/bias of a LayerNorm (norm -> parameter-free standardisation); None if nothing to fold."""
+    if isinstance(norm, LinearNorm):
+        return norm.norm2.affine()
+    if isinstance(norm, RepBN):
+        return norm.affine()
+    if isinstance(norm, nn.LayerNorm) and norm.elementwise_affine:
+        return norm.weight.detach().clone(), norm.bias.detach().clone()
+    return None
+
+
+@torch.no_grad()
+def fold_into(linear: nn.Linear, s: torch.Tensor, t: torch.Tensor) -> None:
+    """linear(s * x + t) == linear'(x): W' = W diag(s), b' = b + W t (in place)."""
+    bias = linear.bias if linear.bias is not None else torch.zeros(linear.out_features)
+    new_bias = bias + linear.weight @ t
+    linear.weight.mul_(s.view(1, -1))
+    linear.bias = nn.Parameter(new_bias)
+
+
+@torch.no_grad()
+def fold_model(model: dict) -> dict:
+    """The re-parameterised model: every norm's affine part folded into the Linear that reads it (norm1 ->
+    attn.qkv, norm2 -> ffn.fc1, final norm -> head through the token mean); norms become Identity (PRepBN)
+    or parameter-free LayerNorm (LN)."""
+    arch = model["arch"]
+    net = load_model(model)
+    targets = [(b.norm1, b.attn.qkv) for b in net.blocks] + [(b.norm2, b.ffn.fc1) for b in net.blocks] + [(net.norm, net.head)]
+    folded_arch = dict(arch, norm={"prepbn": "identity", "ln": "lnstat"}.get(arch["norm"], arch["norm"]))
+    new = build_model(folded_arch)
+    # copy every tensor that keeps its name, then fold the norms into the linears of the copy
+    keep = {k: v for k, v in net.state_dict().items() if k in new.state_dict()}
+    missing = set(new.state_dict()) - set(keep)
+    check(not missing, f"slab fold: tensors of the folded model not in the trained one: {sorted(missing)}")
+    new.load_state_dict(keep)
+    new_targets = [(b.attn.qkv) for b in new.blocks] + [(b.ffn.fc1) for b in new.blocks] + [new.head]
+    for (norm, _), linear in zip(targets, new_targets):
+        st = norm_affine(norm)
+        if st is not None:
+            fold_into(linear, *st)
+    return {"state": _state(new), "arch": folded_arch}
+
+
+# ------------------------------------------------------------------------------------------ stages
+def prepare(cfg: Config, res) -> dict:
+    """Fashion-MNIST subsets, uint8 (N, 28, 28)."""
+    d = load_fashion(res["fashion_mnist"])
+    xtr, ytr = subset(d["x_train"], d["y_train"].long(), cfg.n_train, cfg.data_seed)
+    xte, yte = subset(d["x_test"], d["y_test"].long(), cfg.n_test, cfg.data_seed + 1)
+    return {"x_train": xtr.contiguous(), "y_train": ytr.contiguous(), "x_test": xte.contiguous(), "y_test": yte.contiguous()}
+
+
+def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
+    arch = make_arch(cfg, variant)
+    torch.manual_seed(seed)
+    net = build_model(arch)
+    x, y = data["x_train"], data["y_train"]
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, x.shape[0], (cfg.steps, cfg.batch_size), generator=gen)
+    decay = [p for p in net.parameters() if p.dim() >= 2]
+    no_decay = [p for p in net.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    lam_norms = [m for m in net.modules() if isinstance(m, LinearNorm)]
+
+    def batch_fn(step: int):
+        return to_float(x[idx[step]]), y[idx[step]]
+
+    def loss_fn(batch):
+        if lam_norms and log is not None and (step_box[0] % cfg.log_every == 0):
+            log(step_box[0], **{"train/prepbn_lambda": lam_norms[0].lam()})
+        step_box[0] += 1
+        xb, yb = batch
+        return F.cross_entropy(net(xb), yb)
+
+    step_box = [0]
+    log(0, **{"model/n_params": float(count_params(net))})
+    train_loop(net.parameters(), batch_fn, loss_fn, opt, cfg.steps, log=log, log_every=cfg.log_every,
+               lr_fn=lambda s: cosine_lr(s, cfg.steps, cfg.lr, cfg.warmup, cfg.min_lr_ratio), modules=[net])
+    return {"state": _state(net), "arch": arch}
+
+
+def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
+    """Level "folded": the norms re-parameterised into the adjacent Linear layers (see fold_model)."""
+    return {LEVEL: fold_model(model)}
+
+
+def _reference_arch(arch: dict) -> dict:
+    """The unfolded LayerNorm + softmax ViT of the same size (latency reference)."""
+    return dict(arch, norm="ln", attn="softmax")
+
+
+def _with_patch(arch: dict, patch: int) -> dict:
+    return dict(arch, vit=dict(arch["vit"], patch_size=patch))
+
+
+def _timed_pair(cfg: Config, net: nn.Module, ref: nn.Module, x: torch.Tensor) -> tuple[float, float]:
+    """Seconds of net(x) and ref(x): in each of `latency_rounds` alternating rounds the median of
+    `latency_repeats` calls (paperflow.measure.latency); then the best round of each (machine load only
+    ever adds time, so the minimum over rounds is the least load-biased estimate)."""
+    a, b = [], []
+    for _ in range(cfg.latency_rounds):
+        a.append(latency(net, x, repeats=cfg.latency_repeats, warmup=1))
+        b.append(latency(ref, x, repeats=cfg.latency_repeats, warmup=1))
+    return min(a), min(b)
+
+
+def _random_net(arch: dict, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return build_model(arch).eval()
+
+
+@torch.no_grad()
+def evaluate(cfg: Config, model: dict, data: dict) -> dict:
+    net = load_model(model)
+    arch = model["arch"]
+    out = {"acc": accuracy(net, data["x_test"], data["y_test"], cfg.eval_batch),
+           "params": float(count_params(net)),
+           "flops": float(count_flops(net, to_float(data["x_test"][:1])))}
+    x = to_float(data["x_test"][: cfg.latency_batch])
+    if x.shape[0] < cfg.latency_batch:  # tiny test sets (unit tests): repeat images to the batch size
+        x = x.repeat(math.ceil(cfg.latency_batch / x.shape[0]), 1, 1, 1)[: cfg.latency_batch]
+    ref = _random_net(_reference_arch(arch))
+    t, t_ref = _timed_pair(cfg, net, ref, x)
+    out.update(latency_ms=1e3 * t, latency_rel=t / t_ref)
+    if cfg.large_patch:
+        big_arch = _with_patch(arch, cfg.large_patch)
+        big, big_ref = _random_net(big_arch), _random_net(_reference_arch(big_arch))
+        t, t_ref = _timed_pair(cfg, big, big_ref, x)
+        out.update(latency_large_ms=1e3 * t, latency_large_rel=t / t_ref, flops_large=float(count_flops(big, x[:1])))
+    return out
+
+
+def comparisons(cfg: Config) -> list[Comparison]:
+    rows = [
+        Comparison("acc", "slab", "ln_softmax", better="higher", kind="close", margin=cfg.acc_margin,
+                   text=f"SLAB (PRepBN + SLA) accuracy within {cfg.acc_margin:.0%} of LayerNorm + softmax attention"),
+        Comparison("acc", "slab", "ln_softmax", better="higher", kind="close", margin=cfg.acc_margin, stage="compressed", level=LEVEL,
+                   text="after folding the norms, SLAB accuracy still within the margin of LN + softmax (folding is exact)"),
+        Comparison("latency_ms", "slab", "ln_softmax", better="lower", stage="compressed", level=LEVEL,
+                   text="folded SLAB has lower CPU latency than folded LN + softmax at 49 tokens"),
+        Comparison("latency_rel", "slab", "ln_softmax", better="lower", stage="compressed", level=LEVEL,
+                   text="same at 49 tokens, as latency relative to an interleaved LN + softmax reference (load-robust)"),
+        Comparison("flops", "slab", "ln_softmax", better="lower", stage="compressed", level=LEVEL,
+                   text="folded SLAB needs fewer counted FLOPs per image than LN + softmax at 49 tokens"),
+    ]
+    if cfg.large_patch:
+        rows.append(Comparison("latency_large_rel", "slab", "ln_softmax", better="lower", stage="compressed", level=LEVEL,
+                               text=f"at {(cfg.image_size // cfg.large_patch) ** 2} tokens (latency-only configuration, untrained "
+                                    "weights) folded SLAB is faster relative to the interleaved LN + softmax reference"))
+    return rows
+
+
+SPEC = register_paper(PaperSpec(
+    id="slab",
+    title="SLAB: Efficient Transformers with Simplified Linear Attention and Progressive Re-parameterized Batch Normalization",
+    claim="similar accuracy at lower latency",
+    Config=Config,
+    variants=VARIANTS,
+    prepare=prepare, train=train, compress=compress, evaluate=evaluate, comparisons=comparisons,
+    resources=("fashion_mnist",),
+    data="Fashion-MNIST (real), a fixed 30k-image train subset and a 5k-image test subset, 28x28 grey, patch 4 -> 49 tokens",
+    substitutions="ImageNet-1k/224 and DeiT-T/S (12 layers) replaced by Fashion-MNIST and a 3-layer d=48 3-head ViT "
+                  "(mean pooling, no class token, as SLAB-DeiT) trained 900 AdamW steps without the DeiT augmentations; "
+                  "PRepBN decay over 16% of the steps (official 60k calls); latency on one CPU thread in eager PyTorch "
+                  "(GPU in the paper), at 49 tokens and, latency only with untrained weights, at 196 tokens (patch 2)",
+    compression="re-parameterisation: every norm's evaluation-time affine map (RepBN = BN + alpha x, all of it; "
+                "LayerNorm: its weight/bias) folded into the Linear that reads it (qkv, fc1, head); PRepBN models "
+                "then run without any norm op, LN models keep the parameter-free standardisation",
+    tradeoff=("latency_ms", "acc"),
+    figure="sparsity",
+    weight=1,
+))
