@@ -35,6 +35,17 @@ def cosine_lr(step: int, total: int, base_lr: float, warmup: int = 0, min_ratio:
     return base_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def adamw(module: torch.nn.Module, lr: float, weight_decay: float, no_decay: Callable[[str, torch.Tensor], bool] | None = None,
+          **kwargs: Any) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices and kernels only (dim >= 2); biases, norm scales, tokens and
+    other vectors/scalars are not decayed (the DeiT/GPT convention). `no_decay(name, p)` exempts more."""
+    decay, keep = [], []
+    for name, p in module.named_parameters():
+        (keep if p.dim() < 2 or (no_decay is not None and no_decay(name, p)) else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}],
+                             lr=lr, **kwargs)
+
+
 def train_loop(
     params: Iterable[torch.nn.Parameter],
     batch_fn: Callable[[int], Any],

@@ -74,3 +74,12 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch_siz
     for a, b in batches(x.shape[0], batch_size):
         correct += int((model(to_float(x[a:b])).argmax(-1) == y[a:b]).sum())
     return 100.0 * correct / max(1, x.shape[0])
+
+
+def fashion_subsets(path: str, n_train: int, n_test: int, seed: int) -> dict[str, torch.Tensor]:
+    """Fixed Fashion-MNIST subsets shared by every variant and seed of a paper, uint8 (N, 28, 28):
+    {x_train, y_train} (n_train drawn with `seed`) and {x_test, y_test} (n_test drawn with seed + 1)."""
+    d = load_fashion(path)
+    x_tr, y_tr = subset(d["x_train"], d["y_train"].long(), n_train, seed)
+    x_te, y_te = subset(d["x_test"], d["y_test"].long(), n_test, seed + 1)
+    return {"x_train": x_tr.contiguous(), "y_train": y_tr.contiguous(), "x_test": x_te.contiguous(), "y_test": y_te.contiguous()}

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 
 from ..compress.int8 import linear_weight_names, quantize_state
 from ..compress.magnitude import apply_masks, layer_magnitude_mask, sparsity_of
-from ..loop import cosine_lr, train_loop
+from ..loop import adamw, cosine_lr, train_loop
 from ..nn.transformer import MultiHeadAttention, TransformerConfig, TransformerLM, count_params
 from ..registry import register_paper
 from ..spec import Comparison, PaperSpec, check
@@ -283,10 +283,7 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     gen = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, len(train_ids) - T - 1, (cfg.steps, cfg.batch_size), generator=gen)  # (steps, B)
     val_starts = eval_starts(len(val_ids), T, cfg.eval_windows_train)
-    decay = [p for n, p in net.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in net.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95))
+    opt = adamw(net, cfg.lr, cfg.weight_decay, betas=(0.9, 0.95))
     log(0, **{"model/n_params": float(count_params(net))})
     train_loop(
         net.parameters(),

@@ -71,8 +71,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..data.images import accuracy, load_fashion, subset, to_float
-from ..loop import cosine_lr, train_loop
+from ..data.images import accuracy, fashion_subsets, to_float
+from ..loop import adamw, cosine_lr, train_loop
 from ..measure import count_flops, count_params, latency
 from ..nn.vit import SelfAttention, ViT, ViTConfig
 from ..registry import register_paper
@@ -335,10 +335,7 @@ def fold_model(model: dict) -> dict:
 # ------------------------------------------------------------------------------------------ stages
 def prepare(cfg: Config, res) -> dict:
     """Fashion-MNIST subsets, uint8 (N, 28, 28)."""
-    d = load_fashion(res["fashion_mnist"])
-    xtr, ytr = subset(d["x_train"], d["y_train"].long(), cfg.n_train, cfg.data_seed)
-    xte, yte = subset(d["x_test"], d["y_test"].long(), cfg.n_test, cfg.data_seed + 1)
-    return {"x_train": xtr.contiguous(), "y_train": ytr.contiguous(), "x_test": xte.contiguous(), "y_test": yte.contiguous()}
+    return fashion_subsets(res["fashion_mnist"], cfg.n_train, cfg.n_test, cfg.data_seed)
 
 
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
@@ -348,9 +345,7 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     x, y = data["x_train"], data["y_train"]
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, x.shape[0], (cfg.steps, cfg.batch_size), generator=gen)
-    decay = [p for p in net.parameters() if p.dim() >= 2]
-    no_decay = [p for p in net.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    opt = adamw(net, cfg.lr, cfg.weight_decay)  # no decay on biases, norms, RepBN alpha, positional terms
     lam_norms = [m for m in net.modules() if isinstance(m, LinearNorm)]
 
     def batch_fn(step: int):

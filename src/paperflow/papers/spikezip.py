@@ -77,8 +77,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..data.images import subset, to_float
-from ..loop import cosine_lr, train_loop
+from ..data.images import fashion_subsets, to_float
+from ..loop import adamw, cosine_lr, train_loop
 from ..measure import count_flops
 from ..nn.vit import ViT, ViTConfig
 from ..registry import register_paper
@@ -426,12 +426,8 @@ def simulate(net: ViT, images: torch.Tensor, T: int, neuron: str) -> tuple[torch
 
 def prepare(cfg: Config, res) -> dict:
     """Fixed Fashion-MNIST subsets, uint8: n_train training images and the n_eval test images."""
-    from ..data.images import load_fashion
-
-    d = load_fashion(res["fashion_mnist"])
-    x_tr, y_tr = subset(d["x_train"], d["y_train"].long(), cfg.n_train, cfg.data_seed)
-    x_te, y_te = subset(d["x_test"], d["y_test"].long(), cfg.n_eval, cfg.data_seed + 1)
-    return {"x_train": x_tr.contiguous(), "y_train": y_tr.contiguous(), "x_eval": x_te.contiguous(), "y_eval": y_te.contiguous()}
+    d = fashion_subsets(res["fashion_mnist"], cfg.n_train, cfg.n_eval, cfg.data_seed)
+    return {"x_train": d["x_train"], "y_train": d["y_train"], "x_eval": d["x_test"], "y_eval": d["y_test"]}
 
 
 def _arch(cfg: Config) -> dict:
@@ -457,10 +453,7 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
         xb, yb = batch
         return F.cross_entropy(net(xb), yb)
 
-    decay = [p for n, p in net.named_parameters() if p.dim() >= 2 and not n.endswith(".s")]
-    no_decay = [p for n, p in net.named_parameters() if not (p.dim() >= 2 and not n.endswith(".s"))]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    opt = adamw(net, cfg.lr, cfg.weight_decay, no_decay=lambda name, p: name.endswith(".s"))  # quantizer steps s: no decay
     train_loop(list(net.parameters()), batch_fn, loss_fn, opt, cfg.steps, log=log, log_every=cfg.log_every,
                lr_fn=lambda step: cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup), clip_norm=1.0, modules=[net])
     return {"state": {k: v.detach().clone() for k, v in net.state_dict().items()}, "arch": arch, "kind": "qann"}

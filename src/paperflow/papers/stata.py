@@ -78,7 +78,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..data.images import load_fashion, subset, to_float
+from ..data.images import fashion_subsets, to_float
 from ..loop import cosine_lr, train_loop
 from ..nn.vit import PatchEmbed, ViTConfig
 from ..registry import register_paper
@@ -150,10 +150,7 @@ def level_name(keep: float) -> str:
 
 def prepare(cfg: Config, res) -> dict:
     """Fixed Fashion-MNIST subsets (uint8 images), the same for every variant and seed."""
-    d = load_fashion(res["fashion_mnist"])
-    xtr, ytr = subset(d["x_train"], d["y_train"].long(), cfg.n_train, cfg.data_seed)
-    xte, yte = subset(d["x_test"], d["y_test"].long(), cfg.n_test, cfg.data_seed + 1)
-    return {"x_train": xtr.contiguous(), "y_train": ytr.contiguous(), "x_test": xte.contiguous(), "y_test": yte.contiguous()}
+    return fashion_subsets(res["fashion_mnist"], cfg.n_train, cfg.n_test, cfg.data_seed)
 
 
 # ----------------------------------------------------------------------------------------------------
