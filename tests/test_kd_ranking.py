@@ -1,0 +1,157 @@
+"""KD ranking (ICML 2024, Fan et al.): 15-bin ECE by hand, ListMLE order/temperature invariance vs KL,
+Hinton KD with T^2 by hand, and a tiny prepare -> train -> compress -> evaluate -> derive on synthetic data."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from paperflow.papers import kd_ranking as P
+from paperflow.spec import ConfigError, Resources
+
+
+# ---------------------------------------------------------------------------------------------- ECE
+
+
+def test_ece_all_confident_correct_is_zero():
+    probs = torch.eye(4)[[0, 1, 2, 3, 0]]
+    assert P.expected_calibration_error(probs, torch.tensor([0, 1, 2, 3, 0]), 15) == 0.0
+
+
+def test_ece_two_bin_hand_example():
+    # bins (0, .5], (.5, 1]; conf 0.9 x2 (1 right, 1 wrong) -> |0.5 - 0.9| ; conf 0.4 x2 both right -> |1 - 0.4|
+    probs = torch.tensor([[0.9, 0.1, 0.0], [0.9, 0.1, 0.0], [0.4, 0.3, 0.3], [0.4, 0.35, 0.25]])
+    y = torch.tensor([0, 1, 0, 0])
+    assert P.expected_calibration_error(probs, y, 2) == pytest.approx(0.5 * 0.4 + 0.5 * 0.6)
+    # with 15 bins 0.9 -> bin (13/15, 14/15], 0.4 -> bin (5/15, 6/15]: same groups, same value
+    assert P.expected_calibration_error(probs, y, 15) == pytest.approx(0.5)
+    # a confidence exactly on an edge belongs to the lower bin: 0.5 in (0, .5]
+    probs2 = torch.tensor([[0.5, 0.5], [1.0, 0.0]])
+    assert P.expected_calibration_error(probs2, torch.tensor([1, 0]), 2) == pytest.approx(0.5 * 0.5 + 0.5 * 0.0)
+
+
+# ---------------------------------------------------------------------------------------------- losses
+
+
+def test_listmle_minimal_at_teacher_order_and_zero_in_the_limit():
+    teacher = torch.tensor([[3.0, -1.0, 0.5, 2.0, -2.0]])
+    values = torch.tensor([2.0, 1.1, 0.3, -0.4, -1.5])  # descending student scores
+    order = torch.argsort(teacher[0], descending=True)
+    matched = torch.empty(5)
+    matched[order] = values  # student ranks classes as the teacher does
+    best = float(P.listmle_loss(matched[None], teacher))
+    for perm in itertools.permutations(range(5)):
+        other = values[list(perm)][None]
+        assert float(P.listmle_loss(other, teacher)) >= best - 1e-6  # the PL mode is the sorted order
+    assert float(P.listmle_loss(100 * matched[None], teacher)) < 1e-10  # -> 0 as the margins grow
+    # hand value for K = 2: log(e^a + e^b) - a (+ the last term, 0)
+    s, t = torch.tensor([[0.2, 1.0]]), torch.tensor([[5.0, 1.0]])
+    assert float(P.listmle_loss(s, t)) == pytest.approx(math.log(math.exp(0.2) + math.exp(1.0)) - 0.2)
+
+
+def test_listmle_is_invariant_to_teacher_temperature_but_kl_is_not():
+    g = torch.Generator().manual_seed(0)
+    s, t = torch.randn(8, 10, generator=g), 3 * torch.randn(8, 10, generator=g)
+    rank = P.listmle_loss(s, t)
+    for tau in (0.1, 0.5, 2.0, 10.0):
+        torch.testing.assert_close(P.listmle_loss(s, t / tau), rank)  # temperature scaling of the teacher
+    torch.testing.assert_close(P.listmle_loss(s, torch.exp(t) + 7.0), rank)  # any increasing map
+    kl = P.kd_kl_loss(s, t, 4.0)
+    assert abs(float(P.kd_kl_loss(s, t / 3.0, 4.0)) - float(kl)) > 1e-3  # KL sees teacher calibration
+    torch.testing.assert_close(P.listmle_loss(s, t, topk=3),
+                               (torch.logcumsumexp(s.gather(1, t.argsort(1, descending=True)).flip(1), 1).flip(1)
+                                - s.gather(1, t.argsort(1, descending=True)))[:, :3].sum(1).mean())
+
+
+def test_kd_kl_hand_case_with_t_squared():
+    T = 4.0
+    teacher = T * torch.log(torch.tensor([[2.0, 1.0, 1.0]]))  # softmax(t / T) = (1/2, 1/4, 1/4)
+    student = torch.zeros(1, 3)  # uniform
+    expected = T * T * (0.5 * math.log(0.5 / (1 / 3)) + 2 * 0.25 * math.log(0.25 / (1 / 3)))
+    assert float(P.kd_kl_loss(student, teacher, T)) == pytest.approx(expected, rel=1e-6)
+    assert float(P.kd_kl_loss(teacher, teacher, T)) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_pearson():
+    assert P.pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    assert P.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(P.pearson([1, 1, 1], [1, 2, 3]))
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+
+def test_config_validation_and_comparisons():
+    with pytest.raises(ConfigError, match="teacher_widths"):
+        P.Config(teacher_widths=(64,))
+    with pytest.raises(ConfigError, match="teacher_widths"):
+        P.Config(teacher_widths=(64, 32))
+    with pytest.raises(ConfigError, match="alpha"):
+        P.Config(alpha=1.5)
+    with pytest.raises(ConfigError, match="unknown key"):
+        P.SPEC.make_config({"nope": 1})
+    cfg = P.SPEC.make_config({"teacher_widths": [8, 16, 32]})
+    assert cfg.teacher_widths == (8, 16, 32) and cfg.teacher_names == ("w8", "w16", "w32")
+    cols = [(c.method, c.baseline, c.column) for c in P.comparisons(cfg)]
+    assert cols[0] == ("rank", "kl", "compressed@w32/acc") and cols[1] == ("rank", "kl", "compressed@w32/drop")
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+
+def _synthetic_resources(tmp_path):
+    rng = np.random.default_rng(0)
+
+    def images(labels):
+        x = rng.integers(0, 60, (len(labels), 28, 28)).astype(np.uint8)
+        for i, y in enumerate(labels):
+            x[i, 2 * y : 2 * y + 6, 4:10] = 250
+        return x
+
+    ytr, yte = rng.integers(0, 10, 200), rng.integers(0, 10, 100)
+    np.savez(tmp_path / "f.npz", x_train=images(ytr), y_train=ytr, x_test=images(yte), y_test=yte)
+    return Resources(root=str(tmp_path), paths={"fashion_mnist": str(tmp_path / "f.npz")})
+
+
+def test_end_to_end_through_spec(tmp_path):
+    spec = P.SPEC
+    cfg = spec.make_config({"n_train": 160, "n_test": 80, "teacher_widths": [8, 24], "teacher_steps": 6,
+                            "student_hidden": [4], "student_steps": 5, "batch_size": 32, "log_every": 2})
+    data = spec.prepare(cfg, _synthetic_resources(tmp_path))
+    assert data["x_train"].dtype == torch.uint8 and set(data["teachers"]) == {"w8", "w24"}
+    assert data["teachers"]["w8"]["train_logits"].shape == (160, 10)
+    rows = []
+    for variant in spec.variants:
+        logged = []
+        model = spec.train(cfg, data, variant, 0, lambda step, **m: logged.append((step, m)))
+        again = spec.train(cfg, data, variant, 0, None)
+        for name, st in model["students"].items():  # deterministic given the seed
+            for k in st["state"]:
+                assert torch.equal(st["state"][k], again["students"][name]["state"][k])
+        assert any("train/loss" in m for _, m in logged)
+        torch.save(model, tmp_path / "m.pt")
+        model = torch.load(tmp_path / "m.pt", weights_only=True)
+        levels = spec.compress(cfg, model, data, variant, 0)
+        assert list(levels) == ["w8", "w24"]
+        dense = spec.evaluate(cfg, model, data)
+        assert {"acc", "ece", "params", "acc_w8", "ece_w24", "params_w24"} <= set(dense)
+        assert dense["params"] == dense["params_w24"] > dense["params_w8"]
+        row = {"variant": variant, "seed": 0, **{f"dense/{k}": v for k, v in dense.items()}}
+        for name, lv in levels.items():
+            m = spec.evaluate(cfg, lv, data)
+            assert 0 <= m["acc"] <= 100 and 0 <= m["ece"] <= 1 and m["params"] < dense["params_w8"]
+            assert m["teacher_ece"] == pytest.approx(dense[f"ece_{name}"])
+            row.update({f"compressed@{name}/{k}": v for k, v in m.items()})
+        rows.append(row)
+    # same init and batches: the student without a teacher is the same at every level
+    assert rows[0]["compressed@w8/acc"] == rows[0]["compressed@w24/acc"]
+    out = spec.derive(cfg, rows)
+    for r in out:
+        accs = [r["compressed@w8/acc"], r["compressed@w24/acc"]]
+        assert r["compressed@w24/drop"] == pytest.approx(max(accs) - accs[1])
+        assert min(r["compressed@w8/drop"], r["compressed@w24/drop"]) == 0.0
+    assert "dense/corr_acc_ece" not in out[0]  # none: constant accuracy, no correlation
