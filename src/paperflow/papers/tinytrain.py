@@ -509,7 +509,8 @@ SPEC = register_paper(PaperSpec(
     substitutions="Paper: MCUNet/MobileNetV2/ProxylessNAS meta-trained on MiniImageNet, 9 Meta-Dataset target domains, "
                   "int8 MCU memory, memory+compute budgets. Here: a ~60k-parameter 4-conv CNN pretrained with cross "
                   "entropy (no meta-training) on 5 Fashion classes; targets 5 unseen Fashion classes and MNIST; fp32 bytes; "
-                  "memory budget only; same Fisher-potential / multi-objective criterion and dynamic layer+channel selection; "
+                  "memory budget only; Fisher-potential importance over max-normalised measured memory x compute (our reading of "
+                  "Sec. 3.2: the paper's exact equation was not retrieved) with dynamic layer+channel selection; "
                   "static sparse = last layers' first channels at the same budget; all variants share the prototype-initialised "
                   "head and the same full-batch Adam steps",
     compression="none: the sparse update itself is the saving; evaluate measures backward FLOPs (FlopCounterMode) and "
