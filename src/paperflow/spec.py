@@ -81,6 +81,7 @@ class PaperSpec:
     compress: Callable[[Any, Any, Any, str, int], Mapping[str, Any] | None] | None = None
     # Metrics that need several variants at once (e.g. Delta-m% against single-task models):
     # derive(cfg, rows) -> rows, where rows is a list of dicts with paper/variant/seed/metric columns.
+    # Derived rows may name a view of a variant "<variant>|<view>" (a Comparison may then use that name).
     derive: Callable[[Any, list[dict]], list[dict]] | None = None
     resources: Sequence[str] = ()  # names in paperflow.data.resources.RESOURCES
     data: str = ""  # what data the report says was used
