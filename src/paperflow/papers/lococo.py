@@ -413,11 +413,6 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     return model
 
 
-def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int):
-    """None: the cache policy of the variant IS the compression (applied inside evaluate at cache_size)."""
-    return None
-
-
 def eval_passages(data: dict, cfg: Config, seed: int) -> torch.Tensor:
     """The seed's held-out passages: eval_passages windows drawn without replacement (same for all variants)."""
     windows = data["eval_windows"]
@@ -478,7 +473,7 @@ SPEC = register_paper(
         variants=VARIANTS,
         prepare=prepare,
         train=train,
-        compress=compress,
+        compress=None,  # the cache policy of each variant IS the compression, applied inside evaluate at cache_size
         evaluate=evaluate,
         comparisons=comparisons,
         resources=("smollm2", "austen"),
