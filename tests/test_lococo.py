@@ -2,29 +2,16 @@
 forward against an unchunked Hugging Face forward, and the spec path on a tiny random Llama (no resources)."""
 from __future__ import annotations
 
-import json
 import math
 
-import numpy as np
 import pytest
 import torch
 
 from paperflow.papers import lococo as P
-from paperflow.spec import ConfigError, Resources
+from paperflow.spec import ConfigError
+from tiny_llama import tiny_llama, tiny_resources
 
 transformers = pytest.importorskip("transformers")
-
-
-def _tiny_llama(seed=0):
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(
-        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
-    )
-    lm = transformers.LlamaForCausalLM(cfg).eval()
-    for p in lm.parameters():
-        p.requires_grad_(False)
-    return lm
 
 
 def _cfg(**kw):
@@ -97,7 +84,7 @@ def test_h2o_keeps_highest_scores_plus_recent():
 
 @pytest.mark.parametrize("policy", ["sink_window", "h2o", "lococo"])
 def test_cache_stays_at_fixed_size_after_any_number_of_chunks(policy):
-    lm, cfg = _tiny_llama(), _cfg()
+    lm, cfg = tiny_llama(frozen=True), _cfg()
     comps = P.build_compressors(lm, cfg, 0)
     cache = P.KVCache(lm.config.num_hidden_layers, policy, cfg, comps)
     ids = torch.randint(0, 32, (2, 40))
@@ -113,7 +100,7 @@ def test_cache_stays_at_fixed_size_after_any_number_of_chunks(policy):
 
 # ------------------------------------------------------------------------------ chunked forward
 def test_chunked_full_cache_equals_unchunked_causal_attention():
-    lm = _tiny_llama()
+    lm = tiny_llama(frozen=True)
     ids = torch.randint(0, 32, (2, 23))
     with torch.no_grad():
         ref = torch.log_softmax(lm(ids).logits, -1)
@@ -125,7 +112,7 @@ def test_chunked_full_cache_equals_unchunked_causal_attention():
 
 
 def test_streaming_nll_and_fixed_policies_equal_full_before_overflow():
-    lm = _tiny_llama()
+    lm = tiny_llama(frozen=True)
     ids = torch.randint(0, 32, (2, 12))
     cfg = _cfg(cache_size=8, chunk=4)
     full, _ = P.streaming_nll(lm, ids, "full", cfg)
@@ -139,29 +126,12 @@ def test_streaming_nll_and_fixed_policies_equal_full_before_overflow():
 
 
 # ---------------------------------------------------------------------------------- spec path
-def _tiny_resources(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    model_dir = tmp_path / "tiny-llama"
-    _tiny_llama().save_pretrained(str(model_dir), safe_serialization=True)
-    words = ["[UNK]"] + [f"w{i}" for i in range(31)]
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(str(model_dir))
-    rng = np.random.default_rng(0)
-    titles = ["Emma", "Mansfield Park", "Northanger Abbey", "Persuasion", "Pride & Prejudice", "Sense & Sensibility"]
-    books = {t: " ".join(f"w{i}" for i in rng.integers(0, 31, size=300)) for t in titles}
-    austen = tmp_path / "austen.json"
-    austen.write_text(json.dumps(books))
-    return Resources(root=str(tmp_path), paths={"smollm2": str(model_dir), "austen": str(austen)})
-
-
 def test_lococo_spec_path_tiny_llama(tmp_path):
     spec = P.SPEC
     cfg = spec.make_config(dict(cache_size=8, chunk=4, n_sink=2, h2o_recent=3, local_len=2, kernel_size=3, train_steps=3,
                                 train_len=20, train_batch=2, warmup=0, context_lens=[16, 32], eval_passages=2,
                                 eval_batch=1, log_every=1))
-    data = spec.prepare(cfg, _tiny_resources(tmp_path))
+    data = spec.prepare(cfg, tiny_resources(tmp_path))
     assert data["eval_book"] == "Persuasion" and data["eval_windows"].shape[1] == 32
     metrics = {}
     for variant in spec.variants:

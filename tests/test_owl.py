@@ -3,7 +3,6 @@ calibration pass (compress/calibration.py). Synthetic data and tiny random model
 from __future__ import annotations
 
 import copy
-import json
 import math
 
 import numpy as np
@@ -20,7 +19,7 @@ from paperflow.compress.wanda import row_prune_mask, update_scaler_row, wanda_ma
 from paperflow.nn.transformer import TransformerConfig, TransformerLM
 from paperflow.papers import owl
 from paperflow.registry import get_paper
-from paperflow.spec import Resources
+from tiny_llama import tiny_llama, tiny_resources
 
 transformers = pytest.importorskip("transformers")
 
@@ -124,17 +123,8 @@ def test_sequential_pass_feeds_pruned_outputs_paperflow_block():
     assert not torch.allclose(seen_dense[1]["attn.qkv"], expected, atol=1e-3)
 
 
-def _tiny_llama(seed=0):
-    torch.manual_seed(seed)
-    cfg = transformers.LlamaConfig(
-        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True,
-    )
-    return transformers.LlamaForCausalLM(cfg).eval()
-
-
 def test_hf_adapter_matches_model_and_is_sequential():
-    lm = _tiny_llama()
+    lm = tiny_llama(max_positions=64)
     ids = torch.randint(0, 32, (5, 12))
     inp = hf_llama_inputs(lm, ids)
     with torch.no_grad():
@@ -155,27 +145,10 @@ def test_hf_adapter_matches_model_and_is_sequential():
 
 
 # ------------------------------------------------------------------------------------- smoke path
-def _tiny_resources(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    model_dir = tmp_path / "tiny-llama"
-    _tiny_llama().save_pretrained(str(model_dir), safe_serialization=True)
-    words = ["[UNK]"] + [f"w{i}" for i in range(31)]
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(str(model_dir))
-    rng = np.random.default_rng(0)
-    titles = ["Emma", "Mansfield Park", "Northanger Abbey", "Persuasion", "Pride & Prejudice", "Sense & Sensibility"]
-    books = {t: " ".join(f"w{i}" for i in rng.integers(0, 31, size=300)) for t in titles}
-    austen = tmp_path / "austen.json"
-    austen.write_text(json.dumps(books))
-    return Resources(root=str(tmp_path), paths={"smollm2": str(model_dir), "austen": str(austen)})
-
-
 def test_owl_spec_smoke_path_tiny_llama(tmp_path):
     spec = get_paper("owl")
     cfg = spec.make_config({"calib_samples": 4, "calib_len": 16, "eval_windows": 2, "eval_len": 16, "batch": 2})
-    data = spec.prepare(cfg, _tiny_resources(tmp_path))
+    data = spec.prepare(cfg, tiny_resources(tmp_path, max_positions=64))
     assert data["eval_book"] == "Persuasion" and data["eval_tokens"].shape == (2, 16)
     assert torch.equal(owl.calibration_windows(data, cfg, 1), owl.calibration_windows(data, cfg, 1))
     results = {}
