@@ -31,9 +31,14 @@ def test_spec_is_complete(spec):
     cfg = spec.make_config({})
     comps = spec.comparisons(cfg)
     assert comps, "no claim comparisons"
-    # derive() may add views of a variant named "<variant>|<view>" (e.g. one modality pruned only)
+    # derive() may add views named "<variant or family>|<view>": one modality pruned only, or the best lr of a
+    # method family "lora_lr0..2" -> "lora|best"; the family must be a variant or a prefix of variant names
     def known(name: str) -> bool:
-        return name in spec.variants or (spec.derive is not None and name.split("|", 1)[0] in spec.variants)
+        if name in spec.variants:
+            return True
+        head = name.split("|", 1)[0]
+        return spec.derive is not None and "|" in name and (
+            head in spec.variants or any(v.startswith(head + "_") for v in spec.variants) or head == "ref")
 
     for comp in comps:
         assert known(comp.method) and known(comp.baseline), (comp.method, comp.baseline)
