@@ -353,6 +353,29 @@ def metrics(cfg: TaskConfig, model: dict, data: dict) -> dict[str, float]:
     return out
 
 
+def compress_merge(cfg: TaskConfig, model: dict, data: dict, variant: str, seed: int) -> dict:
+    """The PEFT papers' compress stage: one level, "merged" (see merge)."""
+    return {"merged": merge(cfg, data, model)}
+
+
+# ------------------------------------------------------------------------------- lr-grid variants
+def lr_grid_variants(methods: tuple[str, ...], n_lrs: int) -> tuple[str, ...]:
+    """Variant names "<method>_lr<i>": each method at the i-th learning rate of the paper's grid."""
+    return tuple(f"{m}_lr{i}" for m in methods for i in range(n_lrs))
+
+
+def parse_lr_variant(variant: str, variants: tuple[str, ...]) -> tuple[str, int]:
+    """"lora_lr2" -> ("lora", 2); a name outside `variants` is a ConfigError naming the valid ones."""
+    check(variant in variants, f"variant must be one of {variants}, got {variant!r}")
+    method, _, i = variant.rpartition("_lr")
+    return method, int(i)
+
+
+def method_of(variant: str, variants: tuple[str, ...]) -> str | None:
+    """The method of an lr-grid variant, None for derived views ("lora|best") and other rows."""
+    return variant.rpartition("_lr")[0] if variant in variants else None
+
+
 def steps_to_target(steps: list[int], losses: list[float], target: float) -> float:
     """First evaluated step whose validation loss is <= target (inf if never)."""
     for s, l in zip(steps, losses):

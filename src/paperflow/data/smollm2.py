@@ -70,6 +70,21 @@ def load_smollm2(model_dir: str) -> torch.nn.Module:
     return model.eval()
 
 
+_FROZEN: dict[str, torch.nn.Module] = {}
+
+
+def frozen_smollm2(model_dir: str) -> torch.nn.Module:
+    """The pretrained LM loaded once per process (one model at a time), every parameter frozen: for the
+    papers that only run the LM (KV-cache policies, decoding rules, debate agents)."""
+    if model_dir not in _FROZEN:
+        _FROZEN.clear()
+        lm = load_smollm2(model_dir)
+        for p in lm.parameters():
+            p.requires_grad_(False)
+        _FROZEN[model_dir] = lm
+    return _FROZEN[model_dir]
+
+
 def load_tokenizer(model_dir: str):
     from transformers import AutoTokenizer
 

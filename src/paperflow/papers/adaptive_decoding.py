@@ -61,7 +61,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.smollm2 import load_smollm2, load_tokenizer
+from ..data.smollm2 import frozen_smollm2, load_tokenizer
 from ..registry import register_paper
 from ..spec import Comparison, PaperSpec, check
 
@@ -323,23 +323,10 @@ def seed_prompts(cfg: Config, data: dict, seed: int) -> torch.Tensor:
     return torch.cat(rows, 0)
 
 
-_LOADED: dict = {}
-
-
-def frozen_lm(model_dir: str):
-    if model_dir not in _LOADED:
-        _LOADED.clear()
-        lm = load_smollm2(model_dir)
-        for p in lm.parameters():
-            p.requires_grad_(False)
-        _LOADED[model_dir] = lm
-    return _LOADED[model_dir]
-
-
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     """Nothing is trained: the 'model' of a decoding rule is its generations for the seed's prompts."""
     check(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
-    lm = frozen_lm(data["model_dir"])
+    lm = frozen_smollm2(data["model_dir"])
     windows = seed_prompts(cfg, data, seed)
     prompts = windows[:, : cfg.prompt_tokens]
     gen = torch.Generator().manual_seed(int(seed))
@@ -355,7 +342,7 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
 
 @torch.no_grad()
 def evaluate(cfg: Config, model: dict, data: dict) -> dict[str, float]:
-    lm = frozen_lm(model["model_dir"])
+    lm = frozen_smollm2(model["model_dir"])
     tok = load_tokenizer(model["model_dir"])
     windows, gen = model["windows"], model["generated"]
     prompts, human = windows[:, : cfg.prompt_tokens], windows[:, cfg.prompt_tokens :]

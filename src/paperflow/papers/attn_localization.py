@@ -67,10 +67,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..data.chars import encode_text, eval_starts, mean_loss, window_batch  # noqa: F401 (part of this API)
 from ..loop import adamw, cosine_lr, train_loop
 from ..nn.transformer import MultiHeadAttention, TransformerConfig, TransformerLM, count_params
 from ..registry import register_paper
@@ -237,17 +237,6 @@ def load_model(model: dict) -> TransformerLM:
 
 
 # ------------------------------------------------------------------------------------- data
-def encode_text(text: str, val_fraction: float) -> dict:
-    """Char vocabulary of the whole text (uint8 ids); contiguous split, the last val_fraction is validation."""
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-    uniq, inv = np.unique(codes, return_inverse=True)
-    check(len(uniq) <= 256, f"char vocabulary of {len(uniq)} symbols does not fit uint8")
-    ids = torch.from_numpy(inv.astype(np.uint8))
-    n_train = int(len(ids) * (1 - val_fraction))
-    vocab = "".join(chr(int(c)) for c in uniq)
-    return {"train": ids[:n_train].clone(), "val": ids[n_train:].clone(), "vocab": vocab, "vocab_size": len(vocab)}
-
-
 def prepare(cfg: Config, res) -> dict:
     with open(res["shakespeare"], encoding="utf-8") as f:
         text = f.read()
@@ -257,27 +246,6 @@ def prepare(cfg: Config, res) -> dict:
     check(len(data["val"]) > cfg.block_size + 1,
           f"validation split ({len(data['val'])} chars) is shorter than block_size + 1; raise max_chars or val_fraction")
     return data
-
-
-def window_batch(ids: torch.Tensor, starts: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-    offsets = starts.view(-1, 1) + torch.arange(T + 1).view(1, -1)
-    chunk = ids[offsets].long()
-    return chunk[:, :-1], chunk[:, 1:]
-
-
-def eval_starts(n_ids: int, T: int, n_windows: int) -> torch.Tensor:
-    return torch.linspace(0, n_ids - T - 1, n_windows).round().long().unique()
-
-
-@torch.no_grad()
-def mean_loss(net: TransformerLM, ids: torch.Tensor, starts: torch.Tensor, T: int, batch: int) -> float:
-    total, count = 0.0, 0
-    for i in range(0, len(starts), batch):
-        x, y = window_batch(ids, starts[i : i + batch], T)
-        logits = net(x)
-        total += float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="sum"))
-        count += y.numel()
-    return total / count
 
 
 def spectrum_metrics(net: TransformerLM) -> dict:

@@ -54,6 +54,7 @@ import torch.nn.functional as F
 
 from ..compress.int8 import linear_weight_names, quantize_state
 from ..compress.magnitude import apply_masks, layer_magnitude_mask, sparsity_of
+from ..data.chars import encode_text, eval_starts, mean_loss, window_batch  # noqa: F401 (part of this API)
 from ..loop import adamw, cosine_lr, train_loop
 from ..nn.transformer import MultiHeadAttention, TransformerConfig, TransformerLM, count_params
 from ..registry import register_paper
@@ -234,45 +235,11 @@ def load_model(model: dict) -> TransformerLM:
 
 
 # ------------------------------------------------------------------------------------- data
-def encode_text(text: str, val_fraction: float) -> dict:
-    """Char vocabulary of the whole text; contiguous split: the last val_fraction is validation."""
-    vocab = "".join(sorted(set(text)))
-    check(len(vocab) <= 256, f"char vocabulary of {len(vocab)} symbols does not fit uint8")
-    lut = {ch: i for i, ch in enumerate(vocab)}
-    ids = torch.tensor([lut[ch] for ch in text], dtype=torch.uint8)
-    n_train = int(len(ids) * (1 - val_fraction))
-    return {"train": ids[:n_train].clone(), "val": ids[n_train:].clone(), "vocab": vocab, "vocab_size": len(vocab)}
-
-
 def prepare(cfg: Config, res) -> dict:
     with open(res["shakespeare"], encoding="utf-8") as f:
         data = encode_text(f.read(), cfg.val_fraction)
     check(len(data["val"]) > cfg.block_size + 1, f"validation split ({len(data['val'])} chars) is shorter than block_size + 1")
     return data
-
-
-def window_batch(ids: torch.Tensor, starts: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and next-char targets, (B, T) int64 each, of the windows starting at `starts`."""
-    offsets = starts.view(-1, 1) + torch.arange(T + 1).view(1, -1)  # (B, T + 1)
-    chunk = ids[offsets].long()
-    return chunk[:, :-1], chunk[:, 1:]
-
-
-def eval_starts(n_ids: int, T: int, n_windows: int) -> torch.Tensor:
-    """Evenly spaced, deterministic window starts over a split of n_ids tokens."""
-    return torch.linspace(0, n_ids - T - 1, n_windows).round().long().unique()
-
-
-@torch.no_grad()
-def mean_loss(net: TransformerLM, ids: torch.Tensor, starts: torch.Tensor, T: int, batch: int) -> float:
-    """Mean next-char cross-entropy (nats) over all tokens of the given windows."""
-    total, count = 0.0, 0
-    for i in range(0, len(starts), batch):
-        x, y = window_batch(ids, starts[i : i + batch], T)
-        logits = net(x)
-        total += float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="sum"))
-        count += y.numel()
-    return total / count
 
 
 # ------------------------------------------------------------------------------------- stages

@@ -52,7 +52,7 @@ from ..spec import Comparison, PaperSpec, check
 
 N_LR = 3
 METHODS = ("ether", "ether_plus", "lora", "oft")
-VARIANTS = tuple(f"{m}_lr{i}" for m in METHODS for i in range(N_LR))
+VARIANTS = ft.lr_grid_variants(METHODS, N_LR)
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,7 @@ class Config(ft.TaskConfig):
 
 
 def parse_variant(variant: str) -> tuple[str, int]:
-    check(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
-    method, _, i = variant.rpartition("_lr")
-    return method, int(i)
+    return ft.parse_lr_variant(variant, VARIANTS)
 
 
 def sweep_groups(model: nn.Module, lr: float, head_lr: float) -> list[dict]:
@@ -84,10 +82,6 @@ def sweep_groups(model: nn.Module, lr: float, head_lr: float) -> list[dict]:
             {"params": head, "lr": head_lr, "weight_decay": 0.0, "name": "head"}]
 
 
-def prepare(cfg: Config, res) -> dict:
-    return ft.prepare_task(cfg, res)
-
-
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     method, i = parse_variant(variant)
     model = ft.finetune(cfg, data, method, cfg.lrs[i], seed, log,
@@ -96,16 +90,8 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     return model
 
 
-def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
-    return {"merged": ft.merge(cfg, data, model)}
-
-
-def evaluate(cfg: Config, model: dict, data: dict) -> dict[str, float]:
-    return ft.metrics(cfg, model, data)
-
-
 def _method(variant: str) -> str | None:
-    return variant.rpartition("_lr")[0] if variant in VARIANTS else None
+    return ft.method_of(variant, VARIANTS)
 
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
@@ -164,7 +150,7 @@ SPEC = register_paper(PaperSpec(
     claim="10-100x fewer params at similar accuracy, robust to lr",
     Config=Config,
     variants=VARIANTS,
-    prepare=prepare, train=train, compress=compress, evaluate=evaluate,
+    prepare=ft.prepare_task, train=train, compress=ft.compress_merge, evaluate=ft.metrics,
     comparisons=comparisons, derive=derive,
     resources=("smollm2", "austen"),
     data=("pretrained SmolLM2-135M-Instruct (resources/smollm2-135m) fine-tuned to attribute 32-token passages to "

@@ -77,7 +77,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..data.smollm2 import load_smollm2, load_tokenizer
+from ..data.smollm2 import frozen_smollm2, load_tokenizer
 from ..loop import cosine_lr, train_loop
 from ..registry import register_paper
 from ..spec import Comparison, PaperSpec, check
@@ -353,20 +353,6 @@ def prepare(cfg: Config, res) -> dict:
     return prepare_tokens(cfg, res["smollm2"], books)
 
 
-_LOADED: dict[str, torch.nn.Module] = {}
-
-
-def frozen_lm(model_dir: str) -> torch.nn.Module:
-    """The pretrained LM, loaded once per process, every parameter frozen."""
-    if model_dir not in _LOADED:
-        _LOADED.clear()
-        lm = load_smollm2(model_dir)
-        for p in lm.parameters():
-            p.requires_grad_(False)
-        _LOADED[model_dir] = lm
-    return _LOADED[model_dir]
-
-
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     """Only "lococo" trains (its compressors, LM frozen); the others return their cache configuration."""
     check(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
@@ -374,7 +360,7 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
              "chunk": cfg.chunk}
     if variant != "lococo":
         return model
-    lm = frozen_lm(data["model_dir"])
+    lm = frozen_smollm2(data["model_dir"])
     comps = build_compressors(lm, cfg, seed)
     tokens = data["train_tokens"]
     n_chunks = math.ceil(cfg.train_len / cfg.chunk)
@@ -422,7 +408,7 @@ def eval_passages(data: dict, cfg: Config, seed: int) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(cfg: Config, model: dict, data: dict) -> dict[str, float]:
-    lm = frozen_lm(model["model_dir"])
+    lm = frozen_smollm2(model["model_dir"])
     comps = None
     if model["variant"] == "lococo":
         comps = build_compressors(lm, cfg, 0)

@@ -55,8 +55,7 @@ from ..spec import Comparison, PaperSpec, check
 
 N_LR, N_FULL_LR = 3, 3
 METHODS = ("lora", "loraplus", "full")
-VARIANTS = tuple(f"{m}_lr{i}" for m in ("lora", "loraplus") for i in range(N_LR)) + tuple(
-    f"full_lr{i}" for i in range(N_FULL_LR))
+VARIANTS = ft.lr_grid_variants(("lora", "loraplus"), N_LR) + ft.lr_grid_variants(("full",), N_FULL_LR)
 
 
 @dataclass(frozen=True)
@@ -79,9 +78,7 @@ class Config(ft.TaskConfig):
 
 
 def parse_variant(variant: str) -> tuple[str, int]:
-    check(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
-    method, _, i = variant.rpartition("_lr")
-    return method, int(i)
+    return ft.parse_lr_variant(variant, VARIANTS)
 
 
 def loraplus_groups(model: nn.Module, lr: float, ratio: float, weight_decay: float = 0.0) -> list[dict]:
@@ -109,10 +106,6 @@ def variant_lr(cfg: Config, variant: str) -> float:
     return cfg.full_lrs[i] if method == "full" else cfg.lrs[i]
 
 
-def prepare(cfg: Config, res) -> dict:
-    return ft.prepare_task(cfg, res)
-
-
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     method, _ = parse_variant(variant)
     lr = variant_lr(cfg, variant)
@@ -124,16 +117,8 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     return model
 
 
-def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
-    return {"merged": ft.merge(cfg, data, model)}
-
-
-def evaluate(cfg: Config, model: dict, data: dict) -> dict[str, float]:
-    return ft.metrics(cfg, model, data)
-
-
 def _method(variant: str) -> str | None:
-    return variant.rpartition("_lr")[0] if variant in VARIANTS else None
+    return ft.method_of(variant, VARIANTS)
 
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
@@ -189,7 +174,7 @@ SPEC = register_paper(PaperSpec(
     claim="faster convergence and 1-2% better",
     Config=Config,
     variants=VARIANTS,
-    prepare=prepare, train=train, compress=compress, evaluate=evaluate,
+    prepare=ft.prepare_task, train=train, compress=ft.compress_merge, evaluate=ft.metrics,
     comparisons=comparisons, derive=derive,
     resources=("smollm2", "austen"),
     data=("pretrained SmolLM2-135M-Instruct (resources/smollm2-135m) fine-tuned to attribute 32-token passages to "

@@ -81,7 +81,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..data.smollm2 import load_smollm2, load_tokenizer
+from ..data.smollm2 import frozen_smollm2, load_tokenizer
 from ..registry import register_paper
 from ..spec import Comparison, PaperSpec, check
 
@@ -638,15 +638,9 @@ def prepare(cfg: Config, res) -> dict:
     return {"model_dir": os.path.abspath(res["smollm2"]), "pool": pool, "n_works": len(works)}
 
 
-_LOADED: dict = {}
-
-
 def lm_and_tokenizer(model_dir: str):
-    """The pretrained LM and tokenizer, loaded once per process."""
-    if model_dir not in _LOADED:
-        _LOADED.clear()
-        _LOADED[model_dir] = (load_smollm2(model_dir), load_tokenizer(model_dir))
-    return _LOADED[model_dir]
+    """The pretrained LM (loaded once per process, frozen) and its tokenizer."""
+    return frozen_smollm2(model_dir), load_tokenizer(model_dir)
 
 
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
