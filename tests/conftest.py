@@ -58,4 +58,4 @@ def workspace(tmp_path_factory, repo_resources) -> Path:
 @pytest.fixture(scope="session")
 def smoke_run(workspace) -> subprocess.CompletedProcess:
     """`snakemake --cores 8 all --config profile=smoke` once per test session."""
-    return run(SNAKEMAKE + ["--cores", "8", "all", "--config", "profile=smoke"], workspace, timeout=1800)
+    return run(SNAKEMAKE + ["--cores", "8", "all", "--config", "profile=smoke"], workspace, timeout=2700)

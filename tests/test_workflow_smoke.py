@@ -15,7 +15,8 @@ import time
 import polars as pl
 import pytest
 
-from conftest import SNAKEMAKE, run
+from conftest import ROOT, SNAKEMAKE, run
+from paperflow.config import load
 from paperflow.registry import list_papers
 
 PAPERS = [s.id for s in list_papers()]
@@ -59,7 +60,7 @@ def test_every_paper_runs_end_to_end(workspace, smoke_run, paper):
 def test_mlflow_layout(workspace, smoke_run):
     db = sqlite3.connect(workspace / "mlflow.db")
     exps = dict(db.execute("select name, experiment_id from experiments").fetchall())
-    seeds = 2  # profiles.smoke.seeds
+    seeds = len(load(ROOT / "params.yaml", profile="smoke").seeds)
     for spec in list_papers():
         exp = exps[spec.id]
         parents = db.execute(

@@ -15,6 +15,7 @@ ids, unknown keys, out-of-range values (each Config's __post_init__) and a profi
 from __future__ import annotations
 
 import copy
+import importlib
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -58,23 +59,29 @@ def validate_schema(params: Mapping[str, Any]) -> None:
 def resolve(params: Mapping[str, Any], profile: str | None = None, only: list[str] | None = None) -> Settings:
     """Validate params (already merged with Snakemake --config overrides) and resolve one profile."""
     validate_schema(params)
-    from .registry import load_all
+    from .registry import load_all, module_names
 
-    load_all(list(params.get("plugins") or []))
+    plugins = list(params.get("plugins") or [])
+    wanted = list(only if only is not None else params.get("only") or [])
+    for name in plugins:
+        importlib.import_module(name)
+    if not wanted:
+        load_all(plugins)
     profile = profile or params.get("profile", "default")
     profiles = params.get("profiles", {})
     if profile not in profiles:
         raise ConfigError(f"profile {profile!r} is not defined in params.yaml profiles (defined: {', '.join(profiles)})")
     prof = profiles[profile] or {}
     sections = params.get("papers", {}) or {}
-    registered = {spec.id for spec in list_papers()}
+    # Every section must name a paper. With `only`, a section named after a paper module passes without
+    # importing it (a job loads just its own paper); anything else is checked against the full registry.
+    known = set(module_names()) if wanted else {spec.id for spec in list_papers()}
     for pid in list(sections) + list((prof.get("papers") or {})):
-        if pid not in registered:
-            get_paper(pid)  # raises UnknownPaperError with the list of ids
-    wanted = list(only if only is not None else params.get("only") or [])
+        if pid not in known:
+            get_paper(pid)  # registers a plugin paper, or raises UnknownPaperError with the list of ids
     for pid in wanted:
         get_paper(pid)
-    ids = tuple(sorted(wanted or registered))
+    ids = tuple(sorted(wanted)) if wanted else tuple(sorted(spec.id for spec in list_papers()))
     merged: dict[str, dict] = {}
     configs: dict[str, Any] = {}
     for pid in ids:
