@@ -111,6 +111,10 @@ def test_spec_path_on_a_tiny_llama(tmp_path):
         assert model["generated"].shape == (4, 8)
         assert bool((model["set_sizes"] >= 1).all())
         rows[v] = P.evaluate(cfg, model, data)
+        # the NLLs recorded while generating are the terms of a separate forward's perplexity (KV cache = full pass)
+        lm = P.frozen_smollm2(data["model_dir"])
+        prompts = model["windows"][:, : cfg.prompt_tokens]
+        assert rows[v]["ppl"] == pytest.approx(P.continuation_ppl(lm, prompts, model["generated"], 3), rel=1e-4)
     assert rows["greedy"]["set_size"] == 1.0
     assert rows["top_k"]["set_size"] == min(cfg.top_k, 32)  # the tiny vocabulary is smaller than k
     for m in rows.values():

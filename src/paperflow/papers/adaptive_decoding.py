@@ -34,7 +34,8 @@ that the paper's evaluation follows):
     mean-pooled and centred by the mean embedding of human text windows (computed once per run from the seed's
     human continuations; decoder hidden states are anisotropic, all raw cosines are ~0.9), then cosine.
   - ppl: perplexity of the continuation given the prompt under SmolLM2 (the generating model; greedy is
-    lowest by construction) and, as references, the same metrics of the human continuations (human_*).
+    lowest by construction), from the NLLs of the chosen tokens recorded while generating (the same numbers as
+    a second forward over prompt + continuation, which cost a third of a job) and, as references, the same metrics of the human continuations (human_*).
   - set_size: mean candidate-set size per step (the adaptive set's behaviour).
   - balance = diversity * coherence: the PRE-DECLARED combination for the headline "better diversity/coherence
     balance" (the paper reports div, MAUVE and coherence and argues the balance; we fix the product in advance).
@@ -182,12 +183,15 @@ def candidate_set(variant: str, logits: torch.Tensor, cfg: Config) -> torch.Tens
 # --------------------------------------------------------------------------------------- sampling loop
 @torch.no_grad()
 def generate(lm, prompts: torch.Tensor, n_new: int, variant: str, cfg: Config, gen: torch.Generator,
-             banned: list[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, P) equal-length prompts -> (B, n_new) new tokens and (B, n_new) candidate-set sizes; KV cache."""
+             banned: list[int] = ()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B, P) equal-length prompts -> (B, n_new) new tokens, (B, n_new) candidate-set sizes and (B, n_new) NLL
+    of each chosen token under the LM's own (unbanned, untempered) distribution, i.e. the per-token terms of
+    continuation_ppl, read off the generation pass instead of a second forward; KV cache."""
     out = lm(input_ids=prompts, use_cache=True)
     past, logits = out.past_key_values, out.logits[:, -1].float()
-    toks, sizes = [], []
+    toks, sizes, nlls = [], [], []
     for t in range(n_new):
+        logp = logits.log_softmax(-1)  # (B, V), before banning / temperature modify logits
         if len(banned):
             logits[:, list(banned)] = float("-inf")
         if variant != "greedy":
@@ -200,10 +204,11 @@ def generate(lm, prompts: torch.Tensor, n_new: int, variant: str, cfg: Config, g
             nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1)
         toks.append(nxt)
         sizes.append(keep.sum(-1))
+        nlls.append(-logp.gather(1, nxt[:, None]).squeeze(1))
         if t + 1 < n_new:
             out = lm(input_ids=nxt[:, None], past_key_values=past, use_cache=True)
             past, logits = out.past_key_values, out.logits[:, -1].float()
-    return torch.stack(toks, 1), torch.stack(sizes, 1)
+    return torch.stack(toks, 1), torch.stack(sizes, 1), torch.stack(nlls, 1)
 
 
 # --------------------------------------------------------------------------------------------- metrics
@@ -330,14 +335,15 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     windows = seed_prompts(cfg, data, seed)
     prompts = windows[:, : cfg.prompt_tokens]
     gen = torch.Generator().manual_seed(int(seed))
-    toks, sizes = [], []
+    toks, sizes, nlls = [], [], []
     for i in range(0, prompts.shape[0], cfg.batch):
-        t, s = generate(lm, prompts[i : i + cfg.batch], cfg.gen_tokens, variant, cfg, gen, data["banned"])
+        t, s, nll = generate(lm, prompts[i : i + cfg.batch], cfg.gen_tokens, variant, cfg, gen, data["banned"])
         toks.append(t)
         sizes.append(s)
+        nlls.append(nll)
         log(i // cfg.batch, set_size=float(s.float().mean()))
     return {"variant": variant, "seed": int(seed), "model_dir": data["model_dir"], "windows": windows,
-            "generated": torch.cat(toks, 0), "set_sizes": torch.cat(sizes, 0)}
+            "generated": torch.cat(toks, 0), "set_sizes": torch.cat(sizes, 0), "nll": torch.cat(nlls, 0)}
 
 
 @torch.no_grad()
@@ -361,7 +367,8 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict[str, float]:
     out["coherence_raw"] = float(F.cosine_similarity(e_p, e_g, dim=-1).mean())
     out["balance"] = out["diversity"] * out["coherence"]
     ref["balance"] = ref["diversity"] * ref["coherence"]
-    out["ppl"] = continuation_ppl(lm, prompts, gen, cfg.embed_batch)
+    # the generation pass's NLLs equal continuation_ppl's terms (tested); older artifacts have none
+    out["ppl"] = float(torch.exp(model["nll"].mean())) if "nll" in model else continuation_ppl(lm, prompts, gen, cfg.embed_batch)
     ref["ppl"] = continuation_ppl(lm, prompts, human, cfg.embed_batch)
     out["set_size"] = float(model["set_sizes"].float().mean())
     for k in ("diversity", "distinct", "coherence", "balance", "ppl"):

@@ -66,7 +66,7 @@ and long replies do not fit the CPU budget); N = 3 agents, R = 2 rounds (the pap
 up to 3 rounds for Multi-Persona); the strict parser + log-likelihood fallback instead of counting an unparsed
 reply ("-1") as wrong; chat turns instead of the code's single concatenated prompt string for Society of Minds;
 prompts paraphrased and shortened; agent sampling temperature 0.7 / top_p 1.0 (code 0.5 / 0.5); the judge's JSON
-reply format replaced by "Final answer: <letter>" / "Continue" (a 135M model does not write JSON); 21 questions
+reply format replaced by "Final answer: <letter>" / "Continue" (a 135M model does not write JSON); 18 questions
 per seed (the paper: 100s-1000s); the tuned agreement level is taken from the paper, not re-tuned here.
 """
 from __future__ import annotations
@@ -105,7 +105,7 @@ class Config:
     # question set
     kinds: tuple = KINDS  # question types, drawn in equal numbers per seed
     n_options: int = 4  # options per question (chance = 1 / n_options)
-    n_questions: int = 21  # questions per seed (7 per kind; sized for the CPU budget) (divisible by len(kinds) is not required; the rest go to kinds[0])
+    n_questions: int = 18  # questions per seed (6 per kind; sized for the CPU budget); the remainder goes to kinds[0]
     pool_per_kind: int = 150  # questions built per kind in prepare()
     pool_seed: int = 0
     min_words: int = 8  # sentence / speech length for questions
@@ -712,7 +712,7 @@ SPEC = register_paper(
             "instead of MedQA/MMLU/etc.; replies of <= 12 tokens asking for the letter (no chain of thought); 3 agents, "
             "2 rounds; strict parser + log-likelihood letter fallback (unparsed replies are not counted wrong); agent "
             "temperature 0.7 / top_p 1.0 (code 0.5/0.5); judge replies 'Final answer: X' instead of JSON; prompts "
-            "paraphrased; 21 questions per seed (63 over 3 seeds); the tuned agreement level (90%) taken from the paper, not re-tuned"
+            "paraphrased; 18 questions per seed (54 over 3 seeds); the tuned agreement level (90%) taken from the paper, not re-tuned"
         ),
         compression="none: the cost axis is the measured number of model calls (and tokens) per question",
         tradeoff=("calls", "acc"),
