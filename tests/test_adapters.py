@@ -52,6 +52,23 @@ def test_cayley_is_orthogonal_det_plus_one_and_identity_at_zero():
     assert torch.allclose(ad.cayley(torch.zeros(3, 4, 4)), torch.eye(4).expand(3, 4, 4))
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 8), (40, 8)])  # 6 or 40 rows, against b = 4 and b = 32
+def test_cayley_apply_equals_x_times_explicit_q_transpose_with_gradients(shape):
+    # Both paths: fewer rows than the block width (solve against x) and more (form Q); values and gradients.
+    nb = 2
+    for b in (4, 32):
+        x = torch.randn(*shape[:-1], nb * b, dtype=torch.float64, requires_grad=True)
+        r = torch.randn(nb, b, b, dtype=torch.float64, requires_grad=True)
+        got = ad.cayley_apply(x, r)
+        ref = ad.apply_blocks(x, ad.cayley(r))
+        assert torch.allclose(got, ref, atol=1e-10)
+        w = torch.randn_like(ref)
+        g_got = torch.autograd.grad((got * w).sum(), (x, r))
+        g_ref = torch.autograd.grad((ref * w).sum(), (x, r))
+        for a, e in zip(g_got, g_ref):
+            assert torch.allclose(a, e, atol=1e-9)
+
+
 def test_block_forms_equal_the_explicit_block_diagonal_matrix():
     u = torch.randn(3, 4, dtype=torch.float64)
     x = torch.randn(5, 12, dtype=torch.float64)

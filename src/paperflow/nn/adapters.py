@@ -64,6 +64,22 @@ def cayley(r: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve(eye - s, eye + s, left=False)  # X (I - S) = I + S  ->  X = (I+S)(I-S)^{-1}
 
 
+def cayley_apply(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """x (..., n b) -> apply_blocks(x, cayley(r)) = x_i Q_i^T per block, without forming Q when there are fewer
+    rows than the block width. Q = (I+S)(I-S)^{-1} = 2 (I-S)^{-1} - I (the factors commute), and (I-S)^T = I+S
+    for skew S, so x Q^T = 2 x (I+S)^{-1} - x: one LU of (I+S) and a solve against the rows of x, instead of the
+    b right-hand sides an explicit inverse needs (OFT on the last-token-only layers: 16 rows vs b = 384)."""
+    n, b, _ = r.shape
+    rows = x.numel() // x.shape[-1]
+    if rows >= b:
+        return apply_blocks(x, cayley(r))
+    s = 0.5 * (r - r.transpose(1, 2))
+    eye = torch.eye(b, dtype=r.dtype).expand_as(r)
+    xb = x.reshape(rows, n, b).transpose(0, 1)  # (n, rows, b)
+    y = torch.linalg.solve(eye + s, xb, left=False)  # Y (I + S) = x_i  ->  Y = x_i (I+S)^{-1}, (n, rows, b)
+    return (2 * y - xb).transpose(0, 1).reshape(x.shape)
+
+
 def block_diag(blocks: torch.Tensor) -> torch.Tensor:
     """(n, b, b) -> the (n b, n b) block-diagonal matrix."""
     return torch.block_diag(*blocks.unbind(0))
@@ -221,7 +237,7 @@ class OFTLinear(_Blocked):
         return cayley(self.oft_R)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(apply_blocks(x, self.transform()))  # x Q^T W^T + b
+        return self.base(cayley_apply(x, self.oft_R))  # x Q^T W^T + b
 
     def merged_weight(self) -> torch.Tensor:
         return self.base.weight @ block_diag(self.transform())
