@@ -10,7 +10,7 @@ import pytest
 from conftest import PYTHON, ROOT
 from paperflow import config
 from paperflow.registry import UnknownPaperError, get_paper, list_papers, register_paper, unregister_paper
-from paperflow.spec import ConfigError
+from paperflow.spec import FIDELITIES, ROLES, ConfigError
 
 SPECS = list_papers()
 
@@ -47,12 +47,43 @@ def test_spec_is_complete(spec):
     assert spec.id in catalog_ids
 
 
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
+def test_verdict_contract(spec):
+    """Verdicts v2 (DESIGN.md "Honesty"): every row names its role, the paper has its declared number of
+    headline rows (one, or two independent claims), says how we know the method, and gates name real variants."""
+    comps = spec.comparisons(spec.make_config({}))
+    assert all(c.role in ROLES for c in comps), [c.text for c in comps if c.role not in ROLES]
+    headlines = [c for c in comps if c.role == "headline"]
+    assert spec.headlines in (1, 2) and len(headlines) == spec.headlines, [c.text for c in headlines]
+    assert all(c.text for c in headlines), "a headline row says what it claims"
+    assert spec.fidelity in FIDELITIES
+    for c in comps:
+        for gate in c.gates:
+            assert gate.comparison is not None or gate.variant in spec.variants or "|" in gate.variant, gate
+    # rows kept few: the abstract's claim, a few secondary rows (Holm-adjusted), controls and facts apart
+    assert sum(c.role == "secondary" for c in comps) <= 6
+
+
 @pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
 def test_params_yaml_resolves(profile):
     settings = config.load(ROOT / "params.yaml", profile=profile)
     assert set(settings.papers) == {s.id for s in SPECS}
-    if profile != "smoke":
-        assert len(settings.seeds) >= 3
+    for pid in settings.papers:
+        if profile == "smoke":
+            assert settings.seeds(pid) == (0,)
+        else:
+            assert len(settings.seeds(pid)) >= 3, pid
+
+
+def test_seeds_per_paper_and_profile_cap():
+    params = config.read_params(ROOT / "params.yaml")
+    pid = SPECS[0].id
+    params["papers"][pid]["seeds"] = 12
+    assert config.resolve(params, profile="default").seeds(pid) == tuple(range(12))
+    assert config.resolve(params, profile="smoke").seeds(pid) == (0,)  # the smoke profile caps at one seed
+    params["papers"][pid]["seeds"] = 0
+    with pytest.raises(ConfigError, match="seeds"):
+        config.resolve(params, profile="default")
 
 
 def test_profiles_only_change_sizes():
@@ -67,7 +98,7 @@ def test_params_yaml_lists_every_config_field():
     params = config.read_params(ROOT / "params.yaml")
     for spec in SPECS:
         fields = {f.name for f in dataclasses.fields(spec.Config)}
-        assert set(params["papers"][spec.id]) == fields, spec.id
+        assert set(params["papers"][spec.id]) - {"seeds"} == fields, spec.id
 
 
 def test_unknown_key_is_a_config_error():
@@ -81,6 +112,7 @@ def test_paperflow_list_json():
     rows = json.loads(out.stdout)
     assert {r["id"] for r in rows} == {s.id for s in SPECS}
     assert all(r["variants"] and r["claim"] for r in rows)
+    assert all(len(r["headline"]) == r["rows"]["headline"] >= 1 for r in rows)
 
 
 def test_plugin_papers_register(tmp_path, monkeypatch):

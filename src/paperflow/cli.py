@@ -48,21 +48,28 @@ def _settings(root: Path, args: argparse.Namespace):
 def cmd_list(args: argparse.Namespace) -> int:
     from .registry import list_papers
 
-    rows = [
-        {"id": s.id, "title": s.title, "variants": list(s.variants), "claim": s.claim, "data": s.data, "resources": list(s.resources)}
-        for s in list_papers()
-    ]
+    rows = []
+    for s in list_papers():
+        comps = list(s.comparisons(s.make_config({})))
+        rows.append({
+            "id": s.id, "title": s.title, "variants": list(s.variants), "claim": s.claim, "fidelity": s.fidelity,
+            "headline": [c.text or f"{c.method} vs {c.baseline}" for c in comps if c.role == "headline"],
+            "rows": {role: sum(c.role == role for c in comps) for role in ("headline", "secondary", "control", "fact")},
+            "data": s.data, "resources": list(s.resources),
+        })
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         for r in rows:
-            print(f"{r['id']:<12} {r['title']}\n{'':<12} variants: {', '.join(r['variants'])}\n{'':<12} claim: {r['claim']}")
+            print(f"{r['id']:<12} {r['title']}\n{'':<12} variants: {', '.join(r['variants'])}\n{'':<12} claim: {r['claim']}"
+                  f"\n{'':<12} headline: {' | '.join(r['headline']) or '(none declared)'}")
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     settings = _settings(find_root(), args)
-    print(f"params.yaml ok: profile {settings.profile}, seeds {list(settings.seeds)}, papers {', '.join(settings.papers)}")
+    seeds = ", ".join(f"{p} {len(settings.seeds(p))}" for p in settings.papers)
+    print(f"params.yaml ok: profile {settings.profile}; papers and their seeds: {seeds}")
     return 0
 
 

@@ -4,9 +4,14 @@ params.yaml layout:
     profile: default            # smoke | default | paper (Snakemake: --config profile=smoke)
     only: []                    # paper ids to run; empty = every registered paper
     profiles:
-      <name>: {seeds: [...], papers: {<id>: {<size overrides>}}}
+      <name>: {seeds: [...], max_seeds: N, papers: {<id>: {<size overrides>}}}
     papers:
-      <id>: {<every Config field, default-profile values>}
+      <id>: {seeds: N, <every Config field, default-profile values>}
+
+Seeds: a paper runs seeds 0..N-1 when its section (or the profile's override of it) sets `seeds: N`,
+else the profile's `seeds` list; a profile's `max_seeds` caps every paper (smoke: 1). `seeds` is not a
+Config field: it is taken out of the section before Config(**section), so it is not a params rerun
+trigger of existing jobs (adding seeds adds jobs, it does not rerun the old ones).
 
 A profile may only override sizes of a paper (its keys must exist in the paper's section), so the
 code path is the same in every profile. Everything is checked before any job starts: unknown paper
@@ -31,13 +36,16 @@ SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "params.
 @dataclass(frozen=True)
 class Settings:
     profile: str
-    seeds: tuple[int, ...]
     papers: tuple[str, ...]  # ids to run, sorted
-    sections: Mapping[str, dict]  # id -> merged params section (plain dict)
+    sections: Mapping[str, dict]  # id -> merged params section (plain dict of Config fields)
     configs: Mapping[str, Any]  # id -> Config instance
+    paper_seeds: Mapping[str, tuple[int, ...]]  # id -> the seeds this paper runs
 
     def config(self, paper: str) -> Any:
         return self.configs[paper]
+
+    def seeds(self, paper: str) -> tuple[int, ...]:
+        return self.paper_seeds[paper]
 
 
 def read_params(path: str | Path) -> dict:
@@ -82,22 +90,34 @@ def resolve(params: Mapping[str, Any], profile: str | None = None, only: list[st
     for pid in wanted:
         get_paper(pid)
     ids = tuple(sorted(wanted)) if wanted else tuple(sorted(spec.id for spec in list_papers()))
+    default_seeds = tuple(int(s) for s in prof.get("seeds", [0]))
+    if not default_seeds:
+        raise ConfigError(f"params.yaml profiles.{profile}.seeds is empty")
+    max_seeds = prof.get("max_seeds")
     merged: dict[str, dict] = {}
     configs: dict[str, Any] = {}
+    paper_seeds: dict[str, tuple[int, ...]] = {}
     for pid in ids:
         spec = get_paper(pid)
         base = copy.deepcopy(sections.get(pid) or {})
         overrides = (prof.get("papers") or {}).get(pid) or {}
         for key in overrides:
-            if key not in base and key not in _field_names(spec):
+            if key not in base and key not in _field_names(spec) and key != "seeds":
                 raise ConfigError(f"params.yaml profiles.{profile}.papers.{pid}.{key}: not a key of papers.{pid}")
         base.update(copy.deepcopy(overrides))
+        n_seeds = base.pop("seeds", None)
+        if n_seeds is None:
+            seeds = default_seeds
+        elif isinstance(n_seeds, int) and not isinstance(n_seeds, bool) and n_seeds >= 1:
+            seeds = tuple(range(n_seeds))
+        else:
+            raise ConfigError(f"params.yaml papers.{pid}.seeds: a number of seeds >= 1, got {n_seeds!r}")
+        if max_seeds is not None:
+            seeds = seeds[: int(max_seeds)]
+        paper_seeds[pid] = seeds
         configs[pid] = spec.make_config(base)
         merged[pid] = config_dict(configs[pid])
-    seeds = tuple(int(s) for s in prof.get("seeds", [0]))
-    if not seeds:
-        raise ConfigError(f"params.yaml profiles.{profile}.seeds is empty")
-    return Settings(profile=profile, seeds=seeds, papers=ids, sections=merged, configs=configs)
+    return Settings(profile=profile, papers=ids, sections=merged, configs=configs, paper_seeds=paper_seeds)
 
 
 def load(path: str | Path, profile: str | None = None, only: list[str] | None = None) -> Settings:
@@ -161,7 +181,7 @@ def paper_code(spec: PaperSpec) -> list[str]:
 
 
 def workflow_plan(params: Mapping[str, Any], cache: str | Path | None = None) -> dict:
-    """What the Snakefile needs: profile, seeds, and per paper its variants, resources, weight and
+    """What the Snakefile needs: profile, and per paper its seeds, variants, resources, weight and
     resolved params section.
 
     Building it imports every paper module (torch, scipy: ~2.5 s), so it is cached under .snakemake/
@@ -186,9 +206,9 @@ def workflow_plan(params: Mapping[str, Any], cache: str | Path | None = None) ->
     settings = resolve(params)
     plan = {
         "profile": settings.profile,
-        "seeds": list(settings.seeds),
         "papers": {
             pid: {
+                "seeds": list(settings.seeds(pid)),
                 "variants": list(get_paper(pid).variants),
                 "resources": list(get_paper(pid).resources),
                 "weight": int(get_paper(pid).weight),

@@ -67,3 +67,23 @@ def latency(fn: Callable[..., Any], *args: Any, repeats: int = 20, warmup: int =
         fn(*args, **kwargs)
         times.append(time.perf_counter() - t0)
     return float(statistics.median(times))
+
+
+def interleaved_times(fns: Mapping[str, Callable[[], Any]], rounds: int = 5, repeats: int = 5, warmup: int = 2) -> dict[str, float]:
+    """Seconds per call of each fn, measured in alternation in this process (A B A B ...): each round
+    times `repeats` calls of every fn in turn, and the result is each fn's minimum over rounds of its
+    median. Background load lands on both arms of an A/B pair alike, so their RATIO is what a timing
+    claim reports (DESIGN.md "Honesty": timing claims are measured alone or interleaved)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    best = {name: float("inf") for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            best[name] = min(best[name], float(statistics.median(times)))
+    return best

@@ -33,31 +33,95 @@ def check(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+ROLES = ("headline", "secondary", "control", "fact")
+KINDS = ("better", "close", "matches")
+FIDELITIES = ("official-code", "paper-text", "reconstruction")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A precondition of a claims row, measured on the same runs (DESIGN.md "Honesty").
+
+    When it fails, the row's verdict is `not testable` with `text` and the measured value as the
+    reason, never `inconclusive`: the setting cannot test the claim (a baseline at chance, the best lr
+    on the grid's edge, no plateau to escape, no negative transfer to remove).
+    Either a threshold on the mean over seeds of one variant's `metric` (a column name such as
+    "dense/acc" or a bare metric, read as dense/<metric>): passes when mean > above and/or mean < below;
+    or a paired `comparison` that must come out `reproduced` (e.g. "multi-task is worse than single-task").
+    """
+
+    text: str
+    variant: str = ""
+    metric: str = ""
+    above: float | None = None
+    below: float | None = None
+    comparison: "Comparison | None" = None
+
+    def __post_init__(self) -> None:
+        check(bool(self.text), "Gate.text must say what has to hold")
+        if self.comparison is None:
+            check(bool(self.variant and self.metric), f"Gate {self.text!r}: give variant and metric, or a comparison")
+            check(self.above is not None or self.below is not None, f"Gate {self.text!r}: give above and/or below")
+        else:
+            check(not (self.variant or self.metric or self.above is not None or self.below is not None),
+                  f"Gate {self.text!r}: a comparison gate takes no variant/metric/threshold")
+
+    @property
+    def column(self) -> str:
+        return self.metric if "/" in self.metric else f"dense/{self.metric}"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One row of the claims table: `method` against `baseline` on `metric`.
 
-    kind="better": the claim is that method beats baseline (lower or higher is better).
-    kind="close":  the claim is that method is within `margin` (relative to the baseline mean) of
-                   baseline or better, e.g. "DCMHA close to the 2x-compute MHA".
+    role (what the row is for; DESIGN.md "Honesty"):
+      "headline"  the abstract's claim: exactly one per paper (two only where the abstract makes two
+                  independent claims), judged alone;
+      "secondary" further claims of the paper, judged with a Holm step over the paper's secondary rows;
+      "control"   diagnostics and sanity checks, judged but never counted as the paper's result;
+      "fact"      a deterministic quantity (a count, bytes, FLOPs, a bound check): reported with its
+                  value (and ratio to the baseline), never a verdict.
+    kind (how a judged row is decided from the paired 95% interval over seeds):
+      "better":  method beats baseline (lower or higher is better);
+      "close":   method is within `margin` (relative to the baseline mean) of baseline or better;
+      "matches": a fitted quantity of `method` (e.g. a rate exponent, one value per seed) equals
+                 `target` within `tolerance` (absolute); `baseline` is unused ("").
     stage="dense" reads the metric of the trained model, stage="compressed" the metric of the
     compressed model at `level` (e.g. "0.70" for 70% sparsity).
+    gates: preconditions; one failing makes the verdict `not testable`. not_testable: a reason, declared
+    up front, why this setting cannot test the row (its values are still reported).
+    fidelity overrides the paper's for this row (e.g. a variant that follows the authors' code).
     """
 
     metric: str
     method: str
     baseline: str
     better: str = "lower"  # "lower" | "higher"
-    kind: str = "better"  # "better" | "close"
+    kind: str = "better"  # "better" | "close" | "matches"
     margin: float = 0.0
     stage: str = "dense"  # "dense" | "compressed"
     level: str | None = None
     text: str = ""
+    role: str = ""  # headline | secondary | control | fact (tests/test_registry.py: every row names one)
+    gates: tuple[Gate, ...] = ()
+    not_testable: str = ""
+    target: float | None = None  # kind "matches"
+    tolerance: float = 0.0  # kind "matches": |fitted - target| <= tolerance
+    fidelity: str = ""
 
     def __post_init__(self) -> None:
         check(self.better in ("lower", "higher"), f"Comparison.better must be lower|higher, got {self.better!r}")
-        check(self.kind in ("better", "close"), f"Comparison.kind must be better|close, got {self.kind!r}")
+        check(self.kind in KINDS, f"Comparison.kind must be one of {KINDS}, got {self.kind!r}")
         check(self.stage in ("dense", "compressed"), f"Comparison.stage must be dense|compressed, got {self.stage!r}")
+        check(self.role in ROLES or self.role == "", f"Comparison.role must be one of {ROLES}, got {self.role!r}")
+        check(self.fidelity in FIDELITIES or self.fidelity == "", f"Comparison.fidelity must be one of {FIDELITIES}, got {self.fidelity!r}")
+        if self.kind == "matches":
+            check(self.target is not None and self.tolerance > 0,
+                  f"Comparison {self.text or self.metric!r}: kind 'matches' needs a target and a tolerance > 0")
+        else:
+            check(bool(self.baseline) or self.role == "fact", f"Comparison {self.text or self.metric!r}: needs a baseline")
+        object.__setattr__(self, "gates", tuple(self.gates))
 
     @property
     def column(self) -> str:
@@ -86,14 +150,27 @@ class PaperSpec:
     resources: Sequence[str] = ()  # names in paperflow.data.resources.RESOURCES
     data: str = ""  # what data the report says was used
     substitutions: str = ""  # what differs from the paper, shown in the report
-    compression: str = ""  # what the compress stage does, in words
+    compression: str = ""  # what the compress stage does, in words (with compress=None: why there is none)
+    # A paper whose variants have weights but no compress stage must say why here (LoCoCo: the KV-cache
+    # policy is the paper's compression); tests/test_workflow_smoke.py fails a paper with weights, no
+    # compress and no reason.
+    compression_exempt: str = ""
     figure: str = "sparsity"  # "sparsity" (metric vs level) or "layer_profile" (per-layer sparsity)
     # (cost metric, quality metric), e.g. ("flops", "acc"): the report plots quality against the measured
     # cost of every variant, dense and at every compression level (the "saving vs metric" figure).
     tradeoff: tuple[str, str] | None = None
     # Relative CPU weight of one train job: heavy jobs get more threads (workflow/rules/common.smk).
     weight: int = 1
+    # How we know the method (the report's `fidelity` column): "official-code" (the authors' code was read
+    # and followed), "paper-text" (the paper's equations, no code), "reconstruction" (our formulation where
+    # neither was retrievable; the docstring says which parts).
+    fidelity: str = ""
+    # Headline rows: one, or two where the abstract makes two independent claims (each row's text says which).
+    headlines: int = 1
     module: str = ""  # source file, filled in by register_paper
+
+    def __post_init__(self) -> None:
+        check(self.fidelity in FIDELITIES or self.fidelity == "", f"PaperSpec {self.id}: fidelity must be one of {FIDELITIES}")
 
     def make_config(self, section: Mapping[str, Any]) -> Any:
         """Config(**section), turning an unknown key or bad value into a ConfigError naming the paper."""

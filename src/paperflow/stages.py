@@ -208,7 +208,7 @@ def collect(ctx: Context, paper: str) -> Path:
     spec, cfg = get_paper(paper), ctx.settings.config(paper)
     rows = []
     for variant in spec.variants:
-        for seed in ctx.settings.seeds:
+        for seed in ctx.settings.seeds(paper):
             record = artifacts.load_json(ctx.run_dir(paper, variant, seed) / "metrics.json")
             rows.append({"paper": paper, "variant": variant, "seed": seed, **record["metrics"], **record["timing"]})
     if spec.derive is not None:

@@ -20,7 +20,8 @@ except (ConfigError, KeyError) as err:
 
 PROFILE = PLAN["profile"]
 PAPERS = sorted(PLAN["papers"])
-SEEDS = PLAN["seeds"]
+def paper_seeds(paper):
+    return PLAN["papers"][paper]["seeds"]
 SOURCES = Path(config.get("sources_dir") or "sources")
 # Jobs run `python3 -m paperflow.cli` with the interpreter running Snakemake (the .venv) and this
 # checkout's code, whatever `pip install -e` points at. It is set in the shell prefix rather than in
@@ -82,7 +83,7 @@ def run_dir(paper, variant, seed):
 
 def paper_metrics(wildcards):
     variants = PLAN["papers"][wildcards.paper]["variants"]
-    return [f"{run_dir(wildcards.paper, v, s)}/metrics.json" for v in variants for s in SEEDS]
+    return [f"{run_dir(wildcards.paper, v, s)}/metrics.json" for v in variants for s in paper_seeds(wildcards.paper)]
 
 
 def paper_params(wildcards):

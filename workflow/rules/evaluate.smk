@@ -9,7 +9,7 @@ rule collect:
     params:
         profile=PROFILE,
         cfg=paper_params,
-        seeds=SEEDS,
+        seeds=lambda wildcards: paper_seeds(wildcards.paper),
     conda:
         "../envs/paperflow.yaml"
     log:

@@ -78,3 +78,26 @@ def sparsity_of(tensors: Mapping[str, torch.Tensor]) -> float:
 def _check_sparsity(sparsity: float) -> None:
     if not 0.0 <= sparsity < 1.0:
         raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+
+
+def level_name(sparsity: float) -> str:
+    """The compression level of a sparsity, as it appears in metric columns: 0.5 -> "0.50"."""
+    return f"{sparsity:.2f}"
+
+
+def magnitude_levels(state: Mapping[str, torch.Tensor], sparsities, include: tuple[str, ...] = ("",),
+                     exclude: tuple[str, ...] = (), scope: str = "global") -> dict[str, dict[str, torch.Tensor]]:
+    """The shared compress stage of a small trained model: {level_name(s): pruned copy of state} for each
+    sparsity s, pruning the weight matrices selected by prunable_weights(include, exclude) either with one
+    global threshold (scope="global") or per matrix (scope="layer", uniform per-layer sparsity)."""
+    if scope not in ("global", "layer"):
+        raise ValueError(f"magnitude_levels: scope must be global|layer, got {scope!r}")
+    weights = prunable_weights(state, include, exclude)
+    if not weights:
+        raise ValueError(f"magnitude_levels: no weight matrix matches include={include} exclude={exclude}")
+    out = {}
+    for s in sparsities:
+        masks = (global_magnitude_masks(weights, s) if scope == "global"
+                 else {n: layer_magnitude_mask(w, s) for n, w in weights.items()})
+        out[level_name(s)] = apply_masks(state, masks)
+    return out

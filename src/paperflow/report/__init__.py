@@ -14,7 +14,9 @@ from ..registry import get_paper
 from . import figures
 from .claims import claims_frame, claims_rows
 
-VERDICT_COLOR = {"reproduced": "#1a7f37", "inconclusive": "#9a6700", "not reproduced": "#cf222e"}
+VERDICT_COLOR = {"reproduced": "#1a7f37", "inconclusive": "#9a6700", "not reproduced": "#cf222e", "not testable": "#6e7781"}
+ROLE_TITLES = (("headline", "Headline"), ("secondary", "Secondary claims (Holm-adjusted within the paper)"),
+               ("control", "Controls and diagnostics"), ("fact", "Facts (deterministic quantities, no verdict)"))
 
 
 def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | None = None) -> Path:
@@ -29,7 +31,7 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
         rows = claims_rows(spec, cfg, table, settings.profile)
         all_rows.extend(rows)
         figs = []
-        curve = figures.learning_curves(results, pid, spec.variants, settings.seeds, fig_dir / f"{pid}_curves.png")
+        curve = figures.learning_curves(results, pid, spec.variants, settings.seeds(pid), fig_dir / f"{pid}_curves.png")
         if curve:
             figs.append(curve)
         comps = list(spec.comparisons(cfg))
@@ -39,7 +41,8 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
                 figs.append(f)
         if spec.tradeoff and (f := figures.tradeoff_figure(table, pid, *spec.tradeoff, fig_dir / f"{pid}_tradeoff.png")):
             figs.append(f)
-        if comps and (f := figures.compression_figure(table, pid, comps[0].metric, fig_dir / f"{pid}_compression.png")):
+        lead = next((c for c in comps if c.role == "headline"), comps[0] if comps else None)
+        if lead and (f := figures.compression_figure(table, pid, lead.metric, fig_dir / f"{pid}_compression.png")):
             figs.append(f)
         sections.append((spec, rows, figs, _timing(table)))
     frame = claims_frame(all_rows)
@@ -63,34 +66,79 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def _interval(r: dict) -> str:
+    return f"{_fmt(r['delta'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
+
+
+def _value(r: dict) -> str:
+    """A fact's value: the method's mean, and the baseline's with their ratio when there is one."""
+    text = _fmt(r["method_mean"])
+    if r["baseline"]:
+        text += f" vs {_fmt(r['baseline_mean'])} (ratio {_fmt(r['ratio'])})"
+    return text
+
+
+def _what(r: dict) -> str:
+    extra = {"close": f", within {_fmt(r['margin'])} x baseline", "matches": f", target {_fmt(r['target'])} ± {_fmt(r['tolerance'])}"}
+    return f"{r['metric']} ({r['better']} is better{extra.get(r['kind'], '')})"
+
+
+HEADLINE_INTRO = (
+    "One line per paper: the abstract's claim, its verdict, the paired delta (method - baseline) with its 95% "
+    "interval over seeds, the number of seeds, `mde` (the smallest paired effect these seeds could detect) and "
+    "`fidelity` (how we know the method: official code, paper text, or our reconstruction). Secondary rows, "
+    "controls and facts follow in each paper's section."
+)
+
+
 def _markdown(sections, settings: Settings) -> str:
     lines = [
         "# paperflow claims report",
         "",
-        f"Profile `{settings.profile}`, seeds {list(settings.seeds)}. Verdicts come from paired differences over seeds "
-        "with a 95% t interval (reproduced / inconclusive / not reproduced); nothing is hard-coded.",
+        f"Profile `{settings.profile}`. Verdicts come from paired differences over seeds with a 95% t interval "
+        "(reproduced / inconclusive / not reproduced; not testable when a precondition fails); secondary rows are "
+        "Holm-adjusted within each paper; facts carry values, not verdicts; nothing is hard-coded.",
         "",
+        "## Headline claims",
+        "",
+        HEADLINE_INTRO,
+        "",
+        "| paper | headline | verdict | delta [95% CI] | n | mde | fidelity |",
+        "|---|---|---|---|---|---|---|",
     ]
+    for spec, rows, _figs, _timing in sections:
+        for r in (r for r in rows if r["role"] == "headline"):
+            lines.append(f"| [{spec.id}](#{spec.id}) | {r['comparison']} | **{r['verdict']}** | {_interval(r)} | {r['n_seeds']} "
+                         f"| {_fmt(r['mde'])} | {r['fidelity']} |")
+    lines.append("")
     for spec, rows, _figs, timing in sections:
-        lines += [f"## {spec.id}: {spec.title}", "", f"**Claim:** {spec.claim}", "", f"**Data:** {spec.data}", ""]
+        lines += [f"## {spec.id}: {spec.title}", "", f"**Claim:** {spec.claim}", "",
+                  f"**Seeds:** {len(settings.seeds(spec.id))}; **fidelity:** {spec.fidelity or 'n/a'}", "",
+                  f"**Data:** {spec.data}", ""]
         if spec.substitutions:
             lines += [f"**Substitutions:** {spec.substitutions}", ""]
         if spec.compression:
             lines += [f"**Compression stage:** {spec.compression}", ""]
-        lines += [
-            "| comparison | metric | method (mean ± sd) | baseline (mean ± sd) | delta [95% CI] | n | verdict |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for r in rows:
-            lines.append(
-                f"| {r['comparison']} | {r['metric']} ({r['better']} is better{', close' if r['kind'] == 'close' else ''}) "
-                f"| {_fmt(r['method_mean'])} ± {_fmt(r['method_std'])} | {_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])} "
-                f"| {_fmt(r['delta'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}] | {r['n_seeds']} | **{r['verdict']}** |"
-            )
-        lines += [""] + [f"- {r['comparison']}: {r['reason']}" for r in rows]
+        for role, title in ROLE_TITLES:
+            chosen = [r for r in rows if r["role"] == role]
+            if not chosen:
+                continue
+            lines += [f"### {title}", ""]
+            if role == "fact":
+                lines += ["| fact | metric | value | n |", "|---|---|---|---|"]
+                lines += [f"| {r['comparison']} | {r['metric']} | {_value(r)} | {r['n_seeds']} |" for r in chosen]
+            else:
+                lines += ["| comparison | metric | method (mean ± sd) | baseline (mean ± sd) | delta [95% CI] | n | mde | verdict |",
+                          "|---|---|---|---|---|---|---|---|"]
+                for r in chosen:
+                    lines.append(
+                        f"| {r['comparison']} | {_what(r)} | {_fmt(r['method_mean'])} ± {_fmt(r['method_std'])} "
+                        f"| {_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])} | {_interval(r)} | {r['n_seeds']} "
+                        f"| {_fmt(r['mde'])} | **{r['verdict']}** |")
+                lines += [""] + [f"- {r['comparison']}: {r['reason']}" for r in chosen]
+            lines.append("")
         if timing:
-            lines += ["", "Time spent (s, all jobs): " + ", ".join(f"{k[5:]} {v:.1f}" for k, v in sorted(timing.items()))]
-        lines.append("")
+            lines += ["Time spent (s, all jobs): " + ", ".join(f"{k[5:]} {v:.1f}" for k, v in sorted(timing.items())), ""]
     return "\n".join(lines)
 
 
@@ -102,14 +150,19 @@ def _html(sections, settings: Settings, out: Path) -> str:
         "table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px solid #d0d7de;padding:.3em .5em}"
         "th{background:#f6f8fa}.v{font-weight:600;color:#fff;padding:.1em .4em;border-radius:4px}"
         "img{max-width:100%;margin:.3em 0}.note{color:#59636e;font-size:.9em}</style></head><body>",
-        f"<h1>paperflow claims report</h1><p class='note'>Profile <b>{e(settings.profile)}</b>, seeds {list(settings.seeds)}. "
-        "Each verdict is computed from paired per-seed differences with a 95% Student-t interval. "
+        f"<h1>paperflow claims report</h1><p class='note'>Profile <b>{e(settings.profile)}</b>. "
+        "Each verdict is computed from paired per-seed differences with a 95% Student-t interval; secondary rows are "
+        "Holm-adjusted within each paper; a failed precondition gives <i>not testable</i>; facts carry values, not verdicts. "
         "Tables: <a href='claims.csv'>claims.csv</a>, <a href='claims.md'>claims.md</a>.</p>",
-        "<table><tr><th>paper</th><th>comparison</th><th>verdict</th></tr>",
+        f"<h2 id='headlines'>Headline claims</h2><p class='note'>{e(HEADLINE_INTRO)}</p>",
+        "<table><tr><th>paper</th><th>headline</th><th>verdict</th><th>delta [95% CI]</th><th>n</th><th>mde</th>"
+        "<th>fidelity</th></tr>",
     ]
     for spec, rows, _f, _t in sections:
-        for r in rows:
-            parts.append(f"<tr><td><a href='#{e(spec.id)}'>{e(spec.id)}</a></td><td>{e(r['comparison'])}</td><td>{_badge(r['verdict'])}</td></tr>")
+        for r in (r for r in rows if r["role"] == "headline"):
+            parts.append(f"<tr><td><a href='#{e(spec.id)}'>{e(spec.id)}</a></td><td>{e(r['comparison'])}</td>"
+                         f"<td>{_badge(r['verdict'])}</td><td>{e(_interval(r))}</td><td>{r['n_seeds']}</td>"
+                         f"<td>{_fmt(r['mde'])}</td><td>{e(r['fidelity'])}</td></tr>")
     parts.append("</table>")
     # One row per paper: what was used instead of the paper's data/model/scale (the substitutions column).
     parts.append("<h2>Data and substitutions</h2><table><tr><th>paper</th><th>data</th><th>substitutions</th>"
@@ -121,25 +174,35 @@ def _html(sections, settings: Settings, out: Path) -> str:
     for spec, rows, figs, timing in sections:
         parts += [
             f"<h2 id='{e(spec.id)}'>{e(spec.id)}: {e(spec.title)}</h2>",
-            f"<p><b>Claim:</b> {e(spec.claim)}</p><p><b>Data:</b> {e(spec.data)}</p>",
+            f"<p><b>Claim:</b> {e(spec.claim)}</p><p><b>Seeds:</b> {len(settings.seeds(spec.id))}; "
+            f"<b>fidelity:</b> {e(spec.fidelity or 'n/a')}</p><p><b>Data:</b> {e(spec.data)}</p>",
         ]
         if spec.substitutions:
             parts.append(f"<p><b>Substitutions:</b> {e(spec.substitutions)}</p>")
         if spec.compression:
             parts.append(f"<p><b>Compression stage:</b> {e(spec.compression)}</p>")
-        parts.append(
-            "<table><tr><th>comparison</th><th>metric</th><th>method</th><th>baseline</th><th>delta [95% CI]</th>"
-            "<th>n</th><th>compressed (method / baseline)</th><th>verdict</th></tr>"
-        )
-        for r in rows:
-            parts.append(
-                f"<tr><td>{e(r['comparison'])}</td><td>{e(r['metric'])} ({e(r['better'])} better)</td>"
-                f"<td>{_fmt(r['method_mean'])} ± {_fmt(r['method_std'])}</td><td>{_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])}</td>"
-                f"<td>{_fmt(r['delta'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]</td><td>{r['n_seeds']}</td>"
-                f"<td>@{e(str(r['compressed_level']))}: {_fmt(r['compressed_method_mean'])} / {_fmt(r['compressed_baseline_mean'])}</td>"
-                f"<td>{_badge(r['verdict'])}<div class='note'>{e(r['reason'])}</div></td></tr>"
-            )
-        parts.append("</table>")
+        for role, title in ROLE_TITLES:
+            chosen = [r for r in rows if r["role"] == role]
+            if not chosen:
+                continue
+            parts.append(f"<h3>{e(title)}</h3>")
+            if role == "fact":
+                parts.append("<table><tr><th>fact</th><th>metric</th><th>value</th><th>n</th></tr>")
+                parts += [f"<tr><td>{e(r['comparison'])}</td><td>{e(r['metric'])}</td><td>{e(_value(r))}</td>"
+                          f"<td>{r['n_seeds']}</td></tr>" for r in chosen]
+                parts.append("</table>")
+                continue
+            parts.append("<table><tr><th>comparison</th><th>metric</th><th>method</th><th>baseline</th><th>delta [95% CI]</th>"
+                         "<th>n</th><th>mde</th><th>compressed (method / baseline)</th><th>verdict</th></tr>")
+            for r in chosen:
+                parts.append(
+                    f"<tr><td>{e(r['comparison'])}</td><td>{e(_what(r))}</td>"
+                    f"<td>{_fmt(r['method_mean'])} ± {_fmt(r['method_std'])}</td><td>{_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])}</td>"
+                    f"<td>{e(_interval(r))}</td><td>{r['n_seeds']}</td><td>{_fmt(r['mde'])}</td>"
+                    f"<td>@{e(str(r['compressed_level']))}: {_fmt(r['compressed_method_mean'])} / {_fmt(r['compressed_baseline_mean'])}</td>"
+                    f"<td>{_badge(r['verdict'])}<div class='note'>{e(r['reason'])}</div></td></tr>"
+                )
+            parts.append("</table>")
         for f in figs:
             parts.append(f"<img src='{e(str(Path(f).relative_to(out)))}' alt='{e(Path(f).stem)}'>")
         if timing:
