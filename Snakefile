@@ -3,7 +3,7 @@
 #   snakemake --cores 8 all                          default profile
 #   snakemake --cores 8 all --config profile=smoke   CI-sized
 #   snakemake --cores 8 all --config only=[owl]      one paper
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -11,7 +11,9 @@ min_version("9.0")
 configfile: "params.yaml"
 
 
-validate(config, "workflow/schemas/params.schema.yaml")
+# params.yaml (with --config overrides) is validated against workflow/schemas/params.schema.yaml and every
+# paper's Config in common.smk, before any job: one message that names the fix (Snakemake's own validate()
+# printed the whole schema, ~1000 lines, for a one-letter typo).
 
 
 include: "workflow/rules/common.smk"

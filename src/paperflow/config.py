@@ -61,7 +61,16 @@ def validate_schema(params: Mapping[str, Any]) -> None:
         jsonschema.validate(dict(params), schema)
     except jsonschema.ValidationError as err:
         where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise ConfigError(f"params.yaml {where}: {err.message}") from None
+        hint = ""
+        if err.validator == "additionalProperties" and isinstance(err.instance, Mapping):
+            import difflib
+
+            known = sorted((err.schema.get("properties") or {}))
+            unknown = sorted(set(err.instance) - set(known))
+            close = {k: difflib.get_close_matches(k, known, n=1) for k in unknown}
+            hint = "".join(f"; did you mean {c[0]!r} instead of {k!r}?" for k, c in close.items() if c)
+            hint += f" Allowed keys here: {', '.join(known)}"
+        raise ConfigError(f"params.yaml {where}: {err.message}{hint}") from None
 
 
 def resolve(params: Mapping[str, Any], profile: str | None = None, only: list[str] | None = None) -> Settings:

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from . import artifacts, tracking
 from .config import Settings, config_dict, flatten
 from .registry import get_paper
-from .spec import Resources
+from .spec import ConfigError, Resources
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,13 @@ class Context:
 
     def tags(self, **extra: Any) -> dict[str, str]:
         return {"profile": self.settings.profile, "git_commit": git_commit(self.root), **{k: str(v) for k, v in extra.items()}}
+
+
+def check_variant(paper: str, variant: str) -> None:
+    """A ConfigError naming the paper's variants when `variant` is not one of them."""
+    spec = get_paper(paper)
+    if variant not in spec.variants:
+        raise ConfigError(f"{paper} has no variant {variant!r}; its variants are: {', '.join(spec.variants)}")
 
 
 def git_commit(root: Path) -> str:
@@ -102,8 +109,7 @@ def prepare(ctx: Context, paper: str) -> Path:
 
 def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
     spec, cfg = get_paper(paper), ctx.settings.config(paper)
-    if variant not in spec.variants:
-        raise ValueError(f"{paper} has no variant {variant!r}; variants: {', '.join(spec.variants)}")
+    check_variant(paper, variant)
     set_threads(ctx.threads)
     data = artifacts.load_torch(ctx.data_path(paper))
     out_dir = ctx.run_dir(paper, variant, seed)

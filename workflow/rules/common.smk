@@ -20,18 +20,11 @@ except (ConfigError, KeyError) as err:
 
 PROFILE = PLAN["profile"]
 PAPERS = sorted(PLAN["papers"])
+SOURCES = Path(config.get("sources_dir") or "sources")
+
+
 def paper_seeds(paper):
     return PLAN["papers"][paper]["seeds"]
-SOURCES = Path(config.get("sources_dir") or "sources")
-# Jobs run `python3 -m paperflow.cli` with the interpreter running Snakemake (the .venv) and this
-# checkout's code, whatever `pip install -e` points at. It is set in the shell prefix rather than in
-# each rule's params, so that moving the checkout or the venv does not change a params rerun trigger.
-shell.prefix(
-    "set -euo pipefail; "
-    f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
-    f"export PYTHONPATH={shlex.quote(str(Path(workflow.basedir) / 'src'))}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
-    "export MLFLOW_DISABLE_TELEMETRY=true; "
-)
 
 
 wildcard_constraints:
@@ -51,13 +44,25 @@ except WorkflowError:  # --unlock, --lint and other calls that run no job set no
 SLOTS_PER_CPU = max(1, CORES // NCPU)
 
 
+# Jobs run `python3 -m paperflow.cli` with the interpreter running Snakemake (the .venv) and this
+# checkout's code, whatever `pip install -e` points at. It is set in the shell prefix rather than in
+# each rule's params, so that moving the checkout or the venv does not change a params rerun trigger.
+shell.prefix(
+    "set -euo pipefail; "
+    f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
+    f"export PYTHONPATH={shlex.quote(str(Path(workflow.basedir) / 'src'))}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
+    "export MLFLOW_DISABLE_TELEMETRY=true; "
+    # Run-environment values live here, not in rule params (a param is a rerun trigger): the CLI turns a
+    # job's Snakemake threads into torch threads with PAPERFLOW_SLOTS_PER_CPU, so `--cores 1`, `--cores 8`
+    # or a dry run without --cores rerun nothing; PAPERFLOW_SOURCES is where resource jobs read sources.
+    f"export PAPERFLOW_SLOTS_PER_CPU={SLOTS_PER_CPU}; "
+    f"export PAPERFLOW_SOURCES={shlex.quote(str(SOURCES.resolve()))}; "
+)
+
+
 def job_threads(paper, weight=None):
     w = weight if weight is not None else PLAN["papers"][paper]["weight"]
     return min(CORES, max(1, w) * SLOTS_PER_CPU)
-
-
-def torch_threads(threads):
-    return max(1, min(NCPU, threads // SLOTS_PER_CPU))
 
 
 def resource_path(name):

@@ -12,6 +12,8 @@ rule collect:
         seeds=lambda wildcards: paper_seeds(wildcards.paper),
     conda:
         "../envs/paperflow.yaml"
+    benchmark:
+        "logs/{paper}/collect.benchmark.tsv"
     log:
         "logs/{paper}/collect.log",
     shell:

@@ -10,12 +10,13 @@ rule prepare:
     params:
         profile=PROFILE,
         cfg=paper_params,
-        torch_threads=lambda wildcards, threads: torch_threads(threads),
     threads: lambda wildcards: job_threads(wildcards.paper)
     conda:
         "../envs/paperflow.yaml"
+    benchmark:
+        "logs/{paper}/prepare.benchmark.tsv"
     log:
         "logs/{paper}/prepare.log",
     shell:
         "python3 -m paperflow.cli stage prepare --paper {wildcards.paper} --profile {params.profile} "
-        "--threads {params.torch_threads} 2>&1 | tee {log}"
+        "--job-threads {threads} 2>&1 | tee {log}"

@@ -1,4 +1,5 @@
-# The claims report: verdicts from paired differences over seeds, figures, HTML.
+# The claims report: verdicts from paired differences over seeds, figures, HTML. It covers every registered
+# paper that has results/<id>/metrics.csv, not only the papers of this run (`only` restricts what runs).
 
 
 rule report:
@@ -10,10 +11,9 @@ rule report:
         html="reports/index.html",
     params:
         profile=PROFILE,
-        papers=PAPERS,
     conda:
         "../envs/paperflow.yaml"
     log:
         "logs/report.log",
     shell:
-        "python3 -m paperflow.cli report --profile {params.profile} --papers {params.papers:q} 2>&1 | tee {log}"
+        "python3 -m paperflow.cli report --profile {params.profile} 2>&1 | tee {log}"

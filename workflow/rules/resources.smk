@@ -16,12 +16,10 @@ for _res in RESOURCES.values():
             f"resources/{_res.output}.sha256.json",
         params:
             name=_res.name,
-            sources=SOURCES,
-            torch_threads=torch_threads(job_threads(None, weight=2)),
         threads: job_threads(None, weight=2)
         conda:
             "../envs/paperflow.yaml"
         log:
             f"logs/resources/{_res.name}.log",
         shell:
-            "python3 -m paperflow.cli resource {params.name} --sources {params.sources} --threads {params.torch_threads} 2>&1 | tee {log}"
+            "python3 -m paperflow.cli resource {params.name} --sources \"$PAPERFLOW_SOURCES\" --job-threads {threads} 2>&1 | tee {log}"

@@ -17,12 +17,13 @@ rule run:
     params:
         profile=PROFILE,
         cfg=paper_params,
-        torch_threads=lambda wildcards, threads: torch_threads(threads),
     threads: lambda wildcards: job_threads(wildcards.paper)
     conda:
         "../envs/paperflow.yaml"
+    benchmark:
+        "logs/{paper}/{variant}/seed{seed}/run.benchmark.tsv"
     log:
         "logs/{paper}/{variant}/seed{seed}/run.log",
     shell:
         "python3 -m paperflow.cli stage run --paper {wildcards.paper} --variant {wildcards.variant} --seed {wildcards.seed} "
-        "--profile {params.profile} --threads {params.torch_threads} 2>&1 | tee {log}"
+        "--profile {params.profile} --job-threads {threads} 2>&1 | tee {log}"

@@ -32,6 +32,10 @@ class MissingSourceError(FileNotFoundError):
     """A data source is not on this machine; the message says what to install."""
 
 
+class CorruptSourceError(MissingSourceError):
+    """A data source is on this machine but truncated or corrupt; the message names it and how to fetch it again."""
+
+
 @dataclass(frozen=True)
 class Resource:
     name: str
@@ -251,7 +255,16 @@ def build_resource(name: str, sources_dir: str | Path, resources_dir: str | Path
     sources = res.require_sources(sources_dir)
     out = Path(resources_dir) / res.output
     out.parent.mkdir(parents=True, exist_ok=True)
-    res.build(sources, out)
+    try:
+        res.build(sources, out)
+    except (EOFError, OSError, ValueError, KeyError, zlib.error, tarfile.TarError, subprocess.CalledProcessError) as err:
+        if isinstance(err, FileNotFoundError) and not isinstance(err, MissingSourceError) and any(not p.exists() for p in sources):
+            raise
+        raise CorruptSourceError(
+            f"data source for resource {name!r} is truncated or corrupt ({type(err).__name__}: {str(err)[:200]}): "
+            f"{', '.join(map(str, sources))}. Fetch it again: delete it, then run `{res.install}` "
+            "(or `bash scripts/setup.sh`, which fetches every missing source)."
+        ) from None
     digest = res.digest(out)
     if res.sha256 and digest != res.sha256:
         bad = out.with_name(out.name + ".bad")

@@ -11,7 +11,7 @@ import polars as pl
 from ..artifacts import save_text, write_atomic
 from ..config import Settings
 from ..registry import get_paper
-from . import figures
+from . import costs, figures
 from .claims import claims_frame, claims_rows
 
 VERDICT_COLOR = {"reproduced": "#1a7f37", "inconclusive": "#9a6700", "not reproduced": "#cf222e", "not testable": "#6e7781"}
@@ -47,8 +47,10 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
         sections.append((spec, rows, figs, _timing(table)))
     frame = claims_frame(all_rows)
     write_atomic(out / "claims.csv", lambda p: frame.write_csv(p))
-    save_text(_markdown(sections, settings), out / "claims.md")
-    index = save_text(_html(sections, settings, out), out / "index.html")
+    cost = costs.paper_costs(root, settings.papers)
+    cost_md = costs.cost_lines(cost, costs.projection(cost)) if cost else []
+    save_text(_markdown(sections, settings, cost_md), out / "claims.md")
+    index = save_text(_html(sections, settings, out, cost_md), out / "index.html")
     if tracking_uri:
         _track(tracking_uri, settings, out)
     return index
@@ -91,7 +93,11 @@ HEADLINE_INTRO = (
 )
 
 
-def _markdown(sections, settings: Settings) -> str:
+COST_INTRO = ("What each paper's jobs cost in the run that produced these results (Snakemake benchmark files: "
+              "summed wall time and CPU time of its jobs, peak memory of one job).")
+
+
+def _markdown(sections, settings: Settings, cost_md: list[str]) -> str:
     lines = [
         "# paperflow claims report",
         "",
@@ -111,6 +117,8 @@ def _markdown(sections, settings: Settings) -> str:
             lines.append(f"| [{spec.id}](#{spec.id}) | {r['comparison']} | **{r['verdict']}** | {_interval(r)} | {r['n_seeds']} "
                          f"| {_fmt(r['mde'])} | {r['fidelity']} |")
     lines.append("")
+    if cost_md:
+        lines += ["## Cost per paper", "", COST_INTRO, ""] + cost_md + [""]
     for spec, rows, _figs, timing in sections:
         lines += [f"## {spec.id}: {spec.title}", "", f"**Claim:** {spec.claim}", "",
                   f"**Seeds:** {len(settings.seeds(spec.id))}; **fidelity:** {spec.fidelity or 'n/a'}", "",
@@ -142,7 +150,7 @@ def _markdown(sections, settings: Settings) -> str:
     return "\n".join(lines)
 
 
-def _html(sections, settings: Settings, out: Path) -> str:
+def _html(sections, settings: Settings, out: Path, cost_md: list[str]) -> str:
     e = html.escape
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>paperflow report</title>",
@@ -164,6 +172,13 @@ def _html(sections, settings: Settings, out: Path) -> str:
                          f"<td>{_badge(r['verdict'])}</td><td>{e(_interval(r))}</td><td>{r['n_seeds']}</td>"
                          f"<td>{_fmt(r['mde'])}</td><td>{e(r['fidelity'])}</td></tr>")
     parts.append("</table>")
+    if cost_md:
+        parts.append(f"<h2 id='costs'>Cost per paper</h2><p class='note'>{e(COST_INTRO)}</p><table>")
+        for line in (ln for ln in cost_md if ln.startswith("| ") and not ln.startswith("|---")):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            tag = "th" if line is cost_md[0] else "td"
+            parts.append("<tr>" + "".join(f"<{tag}>{e(c)}</{tag}>" for c in cells) + "</tr>")
+        parts.append(f"</table><p>{e(cost_md[-1])}</p>")
     # One row per paper: what was used instead of the paper's data/model/scale (the substitutions column).
     parts.append("<h2>Data and substitutions</h2><table><tr><th>paper</th><th>data</th><th>substitutions</th>"
                  "<th>compression stage</th></tr>")
