@@ -33,4 +33,7 @@ rule all:
         "reports/index.html",
         "reports/claims.md",
         "reports/claims.csv",
+        # every job's artifacts: a hole under results/ (an interrupted --forcerun) is rebuilt, not hidden by
+        # up-to-date downstream files (Snakemake does not rebuild a missing input of a job that need not run)
+        all_job_outputs(),
     default_target: True

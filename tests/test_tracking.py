@@ -29,9 +29,13 @@ def test_eight_parallel_jobs_lose_nothing(tmp_path):
     assert len(statuses) == 16 and set(statuses.values()) == {"FINISHED"}
     for parent in parents:
         (child,) = db.execute("select run_uuid from tags where key='mlflow.parentRunId' and value=?", (parent,)).fetchone()
-        n_points = db.execute("select count(*) from metrics where run_uuid=? and key='train/loss'", (child,)).fetchone()[0]
+        # curves and final metrics live on the parent (what the UI's Compare shows), once
+        n_points = db.execute("select count(*) from metrics where run_uuid=? and key='train/loss'", (parent,)).fetchone()[0]
         assert n_points == 200
         assert db.execute("select count(*) from latest_metrics where run_uuid=? and key='dense/acc'", (parent,)).fetchone()[0] == 1
+        assert db.execute("select count(*) from latest_metrics where run_uuid=?", (child,)).fetchone()[0] == 0
+        name = db.execute("select name from runs where run_uuid=?", (child,)).fetchone()[0]
+        assert name.startswith("train demo v") and "seed" in name
 
 
 def test_failed_stage_marks_run_failed(tmp_path):
@@ -50,3 +54,40 @@ def test_failed_stage_marks_run_failed(tmp_path):
 
 def test_keys_are_sanitised():
     assert tracking._clean("compressed@0.70/ppl") == "compressed_0.70/ppl"
+
+
+def test_a_rerun_supersedes_a_killed_run(tmp_path):
+    """kill -9 leaves a RUNNING parent and stage run; the rerun's parent ends them (KILLED) and marks them
+    superseded, so one current run per (variant, seed) remains."""
+    uri = tracking.default_uri(tmp_path)
+    tracking.init_store(uri, ["demo"])
+    killed = tracking.create_parent_run(uri, "demo", "v", 0, {})
+    stage = tracking.stage_run(uri, paper="demo", stage="train", tags={"variant": "v", "seed": "0"}, parent_id=killed)
+    stage.__enter__()  # a job killed mid-stage: the context never exits
+    done = tracking.create_parent_run(uri, "demo", "v", 1, {})  # another seed: untouched
+    rerun = tracking.create_parent_run(uri, "demo", "v", 0, {})
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    status = dict(db.execute("select run_uuid, status from runs").fetchall())
+    tags = {(r, k): v for r, k, v in db.execute("select run_uuid, key, value from tags")}
+    assert status[killed] == "KILLED" and [s for r, s in status.items() if r not in (killed, done, rerun)] == ["KILLED"]
+    assert tags[(killed, "current")] == "false" and tags[(killed, "superseded_by")] == rerun
+    assert tags[(rerun, "current")] == "true" and tags[(done, "current")] == "true" and status[done] == "RUNNING"
+
+
+def test_only_the_running_papers_get_experiments(tmp_path, monkeypatch):
+    from paperflow.cli import main
+
+    uri = tracking.default_uri(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert main(["init-tracking", "--papers", "dcmha"]) == 0  # what the Snakefile's onstart runs with only=[dcmha]
+    names = {n for (n,) in sqlite3.connect(tmp_path / "mlflow.db").execute("select name from experiments")}
+    assert names == {"Default", "dcmha", "report"}
+
+
+def test_experiments_open_in_the_classic_view(tmp_path):
+    uri = tracking.default_uri(tmp_path)
+    tracking.init_store(uri, ["demo"])
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    (value,) = db.execute("select t.value from experiment_tags t join experiments e on e.experiment_id = t.experiment_id "
+                          "where e.name = 'demo' and t.key = 'mlflow.experimentKind'").fetchone()
+    assert value == "custom_model_development"

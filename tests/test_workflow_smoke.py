@@ -127,6 +127,28 @@ def test_thread_count_is_not_a_rerun_trigger(workspace, smoke_run, cores):
     assert "Nothing to be done" in out, out[-3000:]
 
 
+def test_dvc_relinking_resources_reruns_nothing(workspace, smoke_run):
+    """DVC re-links unchanged resources (new mtimes, same content): Snakemake must not rerun any paper."""
+    resources = (workspace / "resources").resolve()
+    for path in [resources, *resources.rglob("*")]:
+        os.utime(path)  # what `dvc repro resources` / `dvc checkout` does to an unchanged artifact
+    proc = run(SNAKEMAKE + ["-n", "--cores", "8", "all", "--config", "profile=smoke"], workspace)
+    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+def test_a_hole_under_results_is_rebuilt(workspace, smoke_run):
+    """A job output deleted (an interrupted --forcerun) is planned again by `snakemake all`, not hidden."""
+    data = workspace / "results" / "dcmha" / "data" / "data.pt"
+    aside = data.with_name("data.pt.aside")
+    os.rename(data, aside)
+    try:
+        proc = run(SNAKEMAKE + ["-n", "--cores", "8", "all", "--config", "profile=smoke"], workspace)
+        out = proc.stdout + proc.stderr
+        assert "Missing output files: results/dcmha/data/data.pt" in out, out[-3000:]
+    finally:
+        os.rename(aside, data)
+
+
 def test_report_keeps_every_paper_when_only_one_runs(workspace, smoke_run):
     """`only` restricts what runs, not what is reported: a report rebuilt under only=[dcmha] keeps all papers."""
     run(SNAKEMAKE + ["--cores", "2", "all", "--config", "profile=smoke", "only=[dcmha]", "--forcerun", "report"], workspace)

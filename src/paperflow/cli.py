@@ -114,7 +114,8 @@ def cmd_init_tracking(args: argparse.Namespace) -> int:
     uri = tracking_uri(find_root())
     if uri is None:
         return 0
-    tracking.init_store(uri, [s.id for s in list_papers()] + ["report"])
+    # only the experiments of the papers this run runs (an empty experiment per registered paper is noise)
+    tracking.init_store(uri, list(args.papers or [s.id for s in list_papers()]) + ["report"])
     return 0
 
 
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-threads", type=int, help="the Snakemake job's threads (converted to torch threads)")
     p.set_defaults(fn=cmd_resource)
     p = sub.add_parser("init-tracking", help="create the MLflow store and one experiment per paper")
+    p.add_argument("--papers", nargs="*", help="paper ids (default: every registered paper)")
     p.set_defaults(fn=cmd_init_tracking)
     p = sub.add_parser("report", help="claims table, figures and HTML report")
     p.add_argument("--profile")

@@ -2,9 +2,15 @@
 
 Layout in the store: one experiment per paper; one parent run per (variant, seed), named
 `{paper}__{variant}__seed{seed}` (cleanrl-style), created by the train stage; one nested run per stage
-(prepare, train, compress, evaluate) under it. Every run carries the tags paper, variant, seed, stage,
-profile and git_commit, so selecting the method and baseline parent runs and pressing Compare in the
-UI shows their params and final metrics side by side.
+(prepare, train, compress, evaluate) under it, named "<stage> <paper> <variant> seed<k>". The parent run
+holds what the UI's compare flow shows: params, the per-step curves and the final dense and compressed
+metrics (each logged once, on the parent); the nested runs hold their stage's time and artifacts. Every
+run carries the tags paper, variant, seed, stage, profile and git_commit.
+
+Reruns stay true: a new parent for a (paper, variant, seed) ends every earlier parent of it (a RUNNING one,
+left by a killed job, and its RUNNING stage runs become KILLED) and tags it `current=false`,
+`superseded_by=<new run id>`; the new parent is tagged `current=true`. Filter on `tags.current = 'true'`
+to see one run per (variant, seed).
 
 Safe under parallel Snakemake jobs on the embedded sqlite store:
 - the schema and the experiments are created once, before any job starts (`init_store`, called from
@@ -29,6 +35,11 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 T = TypeVar("T")
 _RETRYABLE = ("database is locked", "database table is locked", "unique constraint", "already exists", "busy")
+
+
+# MLflow 3's UI opens an experiment in its GenAI view unless told otherwise: this tag makes it open the classic
+# model-training view (Runs table, Compare, charts) that paperflow's runs are made for.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 def default_uri(repo_root: str | Path) -> str:
@@ -69,7 +80,7 @@ def experiment_id(uri: str, name: str) -> str:
         if exp is not None:
             return exp.experiment_id
         root = _artifact_root(uri)
-        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None)
+        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=EXPERIMENT_TAGS)
 
     return _retry(get_or_create)
 
@@ -92,6 +103,11 @@ class StageRun:
     _last_flush: float = field(default_factory=time.monotonic)
     seconds_logging: float = 0.0
 
+    @property
+    def target_id(self) -> str:
+        """Where curves and final metrics go: the parent run (what Compare shows), else this run."""
+        return self.parent_id or self.run_id
+
     def log(self, step: int, **metrics: float) -> None:
         from mlflow.entities import Metric
 
@@ -102,16 +118,15 @@ class StageRun:
             self.flush()
         self.seconds_logging += time.perf_counter() - t0
 
-    def log_final(self, metrics: Mapping[str, float], also_parent: bool = True) -> None:
-        """Final metrics on the stage run and (for side-by-side Compare) on the parent run."""
+    def log_final(self, metrics: Mapping[str, float], on_parent: bool = True) -> None:
+        """Final metrics, logged once: on the parent run (side-by-side Compare), or on this stage's run."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         items = [Metric(_clean(k), float(v), now, 0) for k, v in metrics.items()]
-        targets = [self.run_id] + ([self.parent_id] if also_parent and self.parent_id else [])
-        for run_id in targets:
-            for i in range(0, len(items), 900):
-                _retry(_client(self.uri).log_batch, run_id, metrics=items[i : i + 900])
+        run_id = self.target_id if on_parent else self.run_id
+        for i in range(0, len(items), 900):
+            _retry(_client(self.uri).log_batch, run_id, metrics=items[i : i + 900])
 
     def log_params(self, params: Mapping[str, Any], also_parent: bool = False) -> None:
         from mlflow.entities import Param
@@ -130,7 +145,7 @@ class StageRun:
         if self._buffer:
             batch, self._buffer = self._buffer, []
             for i in range(0, len(batch), 900):
-                _retry(_client(self.uri).log_batch, self.run_id, metrics=batch[i : i + 900])
+                _retry(_client(self.uri).log_batch, self.target_id, metrics=batch[i : i + 900])
         self._last_flush = time.monotonic()
 
 
@@ -140,16 +155,42 @@ def _clean(key: str) -> str:
 
 
 def create_parent_run(uri: str, paper: str, variant: str, seed: int, tags: Mapping[str, str]) -> str:
-    """A new (variant, seed) parent run; the train stage creates one per training."""
+    """A new (variant, seed) parent run (the train stage creates one per training); earlier parents of the
+    same (paper, variant, seed) are ended and marked superseded (module docstring)."""
     client = _client(uri)
     exp = experiment_id(uri, paper)
     run = _retry(
         client.create_run,
         exp,
         run_name=f"{paper}__{variant}__seed{seed}",
-        tags={**tags, "paper": paper, "variant": variant, "seed": str(seed), "stage": "run"},
+        tags={**tags, "paper": paper, "variant": variant, "seed": str(seed), "stage": "run", "current": "true"},
     )
+    supersede(uri, exp, variant, seed, run.info.run_id)
     return run.info.run_id
+
+
+def _quote(value: str) -> str:
+    return "'" + str(value).replace("'", "\\'") + "'"
+
+
+def supersede(uri: str, experiment: str, variant: str, seed: int, current: str) -> list[str]:
+    """End every other parent run of (variant, seed) in the experiment: RUNNING ones (a killed job) and their
+    RUNNING stage runs become KILLED; all are tagged current=false and superseded_by=<current>."""
+    client = _client(uri)
+    query = f"tags.stage = 'run' and tags.variant = {_quote(variant)} and tags.seed = {_quote(str(seed))}"
+    old = [r for r in _retry(client.search_runs, [experiment], filter_string=query, max_results=1000)
+           if r.info.run_id != current and r.data.tags.get("current") != "false"]
+    for r in old:
+        if r.info.status == "RUNNING":
+            children = _retry(client.search_runs, [experiment],
+                              filter_string=f"tags.`mlflow.parentRunId` = {_quote(r.info.run_id)}", max_results=100)
+            for child in children:
+                if child.info.status == "RUNNING":
+                    set_run_status(uri, child.info.run_id, "KILLED")
+            set_run_status(uri, r.info.run_id, "KILLED")
+        _retry(client.set_tag, r.info.run_id, "current", "false")
+        _retry(client.set_tag, r.info.run_id, "superseded_by", current)
+    return [r.info.run_id for r in old]
 
 
 def parent_exists(uri: str, run_id: str | None) -> bool:
@@ -183,7 +224,10 @@ def stage_run(
     all_tags = {**tags, "paper": paper, "stage": stage}
     if parent_id:
         all_tags["mlflow.parentRunId"] = parent_id
-    run = _retry(client.create_run, exp, run_name=run_name or stage, tags=all_tags)
+    if run_name is None:  # "train dcmha mha seed0": says what it is in the UI's run list
+        run_name = " ".join([stage, paper] + ([tags["variant"], f"seed{tags['seed']}"]
+                                              if tags.get("variant") not in (None, "data") and "seed" in tags else []))
+    run = _retry(client.create_run, exp, run_name=run_name, tags=all_tags)
     live = StageRun(uri=uri, run_id=run.info.run_id, parent_id=parent_id)
     try:
         yield live
@@ -208,7 +252,7 @@ class NullStageRun:
     seconds_logging = 0.0
 
     def log(self, step: int, **metrics: float) -> None: ...
-    def log_final(self, metrics: Mapping[str, float], also_parent: bool = True) -> None: ...
+    def log_final(self, metrics: Mapping[str, float], on_parent: bool = True) -> None: ...
     def log_params(self, params: Mapping[str, Any], also_parent: bool = False) -> None: ...
     def log_artifact(self, path: str | Path) -> None: ...
     def flush(self) -> None: ...

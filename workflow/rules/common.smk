@@ -73,8 +73,16 @@ def used_resources():
     return sorted({r for p in PAPERS for r in PLAN["papers"][p]["resources"]})
 
 
+def resource_marker(name):
+    return f"resources/{RESOURCES[name].output}.sha256.json"
+
+
 def paper_resources(wildcards):
-    return [resource_path(r) for r in PLAN["papers"][wildcards.paper]["resources"]]
+    # A paper depends on each resource through its small checksum file (written by the same rule, after the
+    # build), not the resource itself: Snakemake compares the content of small inputs, so DVC re-linking an
+    # unchanged resource (new mtimes, e.g. the smollm2-135m directory after `dvc repro`) reruns nothing,
+    # while a rebuilt resource with other content changes its checksum and reruns the paper.
+    return [resource_marker(r) for r in PLAN["papers"][wildcards.paper]["resources"]]
 
 
 def paper_code(wildcards):
@@ -91,6 +99,22 @@ def paper_metrics(wildcards):
     return [f"{run_dir(wildcards.paper, v, s)}/metrics.json" for v in variants for s in paper_seeds(wildcards.paper)]
 
 
+RUN_OUTPUTS = ("model.pt", "curves.json", "run.json", "compressed.pt", "metrics.json")
+
+
+def all_job_outputs():
+    # Every artifact under results/ that a job writes (inputs of rule all), so a hole (a file deleted by an
+    # interrupted --forcerun, or by hand) is rebuilt by `snakemake all` instead of being hidden behind
+    # up-to-date downstream files (and versioned by DVC as a hole).
+    out = []
+    for paper in PAPERS:
+        out.append(f"results/{paper}/data/data.pt")
+        for v in PLAN["papers"][paper]["variants"]:
+            for s in paper_seeds(paper):
+                out += [f"{run_dir(paper, v, s)}/{name}" for name in RUN_OUTPUTS]
+    return out
+
+
 def paper_params(wildcards):
     # Jobs rerun when their paper's resolved params change (Snakemake's params rerun trigger);
     # canonical JSON, so the cached and the freshly built plan compare equal.
@@ -105,7 +129,7 @@ def check_sources():
 
 
 def init_tracking():
-    shell(f"python3 -m paperflow.cli init-tracking")
+    shell(f"python3 -m paperflow.cli init-tracking --papers {' '.join(PAPERS)}")
 
 
 check_sources()
