@@ -97,7 +97,8 @@ def test_mlflow_layout(workspace, smoke_run):
         exp = exps[spec.id]
         parents = db.execute(
             "select r.run_uuid, r.status from runs r join tags t on t.run_uuid = r.run_uuid "
-            "where r.experiment_id = ? and t.key = 'stage' and t.value = 'run'", (exp,)
+            "join tags c on c.run_uuid = r.run_uuid "
+            "where r.experiment_id = ? and t.key = 'stage' and t.value = 'run' and c.key = 'current' and c.value = 'true'", (exp,)
         ).fetchall()
         assert len(parents) == len(spec.variants) * seeds
         assert {status for _, status in parents} == {"FINISHED"}
