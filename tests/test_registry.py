@@ -138,3 +138,15 @@ def _catalog_ids():
     if not catalog.exists():
         pytest.skip("shared/papers/catalog.yaml not beside the checkout")
     return {p["id"] for p in yaml.safe_load(catalog.read_text())["papers"]}
+
+
+@pytest.mark.parametrize("command", [["list"], ["check"]])
+def test_list_and_check_need_no_torch_when_cached(command):
+    """After one call (which imports every paper and fills the cache under .snakemake/), listing and
+    validating read the cache: no torch import, well under a second of work on a busy machine."""
+    subprocess.run([PYTHON, "-m", "paperflow.cli", *command], cwd=ROOT, capture_output=True, text=True, check=True)
+    probe = ("import io, contextlib, sys\nfrom paperflow.cli import main\n"
+             f"with contextlib.redirect_stdout(io.StringIO()): rc = main({command!r})\n"
+             "print(rc, 'torch' in sys.modules)")
+    out = subprocess.run([PYTHON, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "False"], out

@@ -157,6 +157,16 @@ def test_report_keeps_every_paper_when_only_one_runs(workspace, smoke_run):
     assert set(claims["paper"].unique()) == set(PAPERS)
 
 
+def test_dvc_reads_headline_metrics(workspace, smoke_run):
+    """dvc.yaml declares each paper's headline numbers as metrics: `dvc metrics show` reads them."""
+    proc = run([SNAKEMAKE[0], "-m", "dvc", "metrics", "show", "--json"], workspace)
+    shown = json.loads(proc.stdout)
+    files = next(iter(shown.values()))["data"]
+    for pid in PAPERS:
+        data = files[f"reports/metrics/{pid}.json"]["data"]
+        assert "counts" in data and any(k.startswith("headline") for k in data), (pid, data)
+
+
 def _one_run(workspace):
     spec = next(s for s in list_papers() if s.id == "fairgrad")
     return workspace / "results" / spec.id / spec.variants[0] / "seed0"

@@ -55,17 +55,9 @@ def _torch_threads(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .registry import list_papers
+    from .config import paper_index
 
-    rows = []
-    for s in list_papers():
-        comps = list(s.comparisons(s.make_config({})))
-        rows.append({
-            "id": s.id, "title": s.title, "variants": list(s.variants), "claim": s.claim, "fidelity": s.fidelity,
-            "headline": [c.text or f"{c.method} vs {c.baseline}" for c in comps if c.role == "headline"],
-            "rows": {role: sum(c.role == role for c in comps) for role in ("headline", "secondary", "control", "fact")},
-            "data": s.data, "resources": list(s.resources),
-        })
+    rows = paper_index(_cache(find_root(), "paperflow-index.json"))
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -75,10 +67,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(root: Path, name: str) -> Path:
+    """Where list/check memoise what needs every paper module imported (a hit needs no torch)."""
+    return root / ".snakemake" / name
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    settings = _settings(find_root(), args)
-    seeds = ", ".join(f"{p} {len(settings.seeds(p))}" for p in settings.papers)
-    print(f"params.yaml ok: profile {settings.profile}; papers and their seeds: {seeds}")
+    from . import config
+
+    root = find_root()
+    params = config.read_params(root / "params.yaml")
+    if args.profile:
+        params["profile"] = args.profile
+    plan = config.workflow_plan(params, cache=_cache(root, "paperflow-check.json"))  # validates on a miss
+    seeds = ", ".join(f"{p} {len(v['seeds'])}" for p, v in sorted(plan["papers"].items()))
+    print(f"params.yaml ok: profile {plan['profile']}; papers and their seeds: {seeds}")
     return 0
 
 

@@ -23,7 +23,7 @@ import copy
 import importlib
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -197,38 +197,68 @@ def workflow_plan(params: Mapping[str, Any], cache: str | Path | None = None) ->
     keyed by the params (with --config overrides) and by the mtime and size of every package file; a
     no-op `snakemake all` then costs Snakemake's own start-up only. A miss recomputes and validates.
     """
-    import hashlib
-    import json
-
     from .registry import load_all
 
     plugins = list(params.get("plugins") or [])
-    key = hashlib.sha256(json.dumps([params, _code_fingerprint(plugins)], sort_keys=True, default=str).encode()).hexdigest()
+
+    def build() -> dict:
+        load_all(plugins)
+        settings = resolve(params)
+        return {
+            "profile": settings.profile,
+            "papers": {
+                pid: {
+                    "seeds": list(settings.seeds(pid)),
+                    "variants": list(get_paper(pid).variants),
+                    "resources": list(get_paper(pid).resources),
+                    "weight": int(get_paper(pid).weight),
+                    "code": paper_code(get_paper(pid)),
+                    "section": settings.sections[pid],
+                }
+                for pid in settings.papers
+            },
+        }
+
+    return cached(cache, [params, _code_fingerprint(plugins)], build)
+
+
+def cached(cache: str | Path | None, key_parts: Any, build: Callable[[], Any]) -> Any:
+    """build(), memoised in the JSON file `cache` under a hash of key_parts (params, code fingerprint):
+    a hit returns without importing any paper module (torch, scipy)."""
+    import hashlib
+    import json
+
+    key = hashlib.sha256(json.dumps(key_parts, sort_keys=True, default=str).encode()).hexdigest()
     if cache is not None and Path(cache).exists():
         try:
-            cached = json.loads(Path(cache).read_text())
-            if cached.get("key") == key:
-                return cached["plan"]
+            hit = json.loads(Path(cache).read_text())
+            if hit.get("key") == key:
+                return hit["value"]
         except (OSError, ValueError):
             pass
-    load_all(plugins)
-    settings = resolve(params)
-    plan = {
-        "profile": settings.profile,
-        "papers": {
-            pid: {
-                "seeds": list(settings.seeds(pid)),
-                "variants": list(get_paper(pid).variants),
-                "resources": list(get_paper(pid).resources),
-                "weight": int(get_paper(pid).weight),
-                "code": paper_code(get_paper(pid)),
-                "section": settings.sections[pid],
-            }
-            for pid in settings.papers
-        },
-    }
+    value = build()
     if cache is not None:
         from .artifacts import save_json
 
-        save_json({"key": key, "plan": plan}, cache)
-    return plan
+        save_json({"key": key, "value": value}, cache)
+    return value
+
+
+def paper_index(cache: str | Path | None = None) -> list[dict]:
+    """What `paperflow list` prints for every registered paper (id, title, variants, claim, headline rows,
+    row counts per role, fidelity, data, resources), cached like the plan: no torch import on a hit."""
+    from .registry import list_papers
+
+    def build() -> list[dict]:
+        rows = []
+        for s in list_papers():
+            comps = list(s.comparisons(s.make_config({})))
+            rows.append({
+                "id": s.id, "title": s.title, "variants": list(s.variants), "claim": s.claim, "fidelity": s.fidelity,
+                "headline": [c.text or f"{c.method} vs {c.baseline}" for c in comps if c.role == "headline"],
+                "rows": {role: sum(c.role == role for c in comps) for role in ("headline", "secondary", "control", "fact")},
+                "data": s.data, "resources": list(s.resources),
+            })
+        return rows
+
+    return cached(cache, ["index", _code_fingerprint([])], build)

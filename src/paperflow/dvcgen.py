@@ -4,8 +4,9 @@ DVC does not repeat Snakemake's DAG job by job (DESIGN.md, "Tracking and version
 paper runs snakemake on that paper's targets, with params [profile, profiles, papers.<id>], deps on the
 paper's module plus the shared modules it imports (found by walking its imports) and the workflow
 itself, and outs results/<id> persisted (Snakemake owns and updates them). A `resources` stage builds
-the data, and `report` writes the claims report. So `dvc exp run -S papers.owl.sparsity=0.6` reruns
-only the owl stage and the report.
+the data, and `report` writes the claims report, with each paper's headline numbers as DVC metrics
+(reports/metrics/<id>.json) and its figures as DVC plots. So `dvc exp run -S papers.owl.sparsity=0.6` reruns
+only the owl stage and the report, and `dvc exp show` / `dvc metrics diff` compare the headline numbers.
 """
 from __future__ import annotations
 
@@ -90,11 +91,15 @@ def dvc_stages() -> dict:
             "deps": deps,
             "outs": [{f"results/{spec.id}": {"persist": True}}],
         }
+    # The report's headline numbers per paper are DVC metrics (so `dvc exp show` / `dvc metrics diff` read like
+    # a results table) and its figures are DVC plots (`dvc plots diff` renders them side by side).
     stages["report"] = {
         "cmd": f"{SNAKEMAKE} reports/claims.csv reports/claims.md reports/index.html",
         "params": ["profile"],
         "deps": ["src/paperflow/report"] + [f"results/{s.id}/metrics.csv" for s in papers],
-        "outs": [{"reports": {"persist": True}}],
+        "outs": [{f"reports/{name}": {"persist": True}} for name in ("claims.csv", "claims.md", "index.html")],
+        "metrics": [{f"reports/metrics/{s.id}.json": {"persist": True, "cache": False}} for s in papers],
+        "plots": [{"reports/figures": {"persist": True}}],
     }
     return {"stages": stages}
 

@@ -9,6 +9,7 @@ rule report:
         csv="reports/claims.csv",
         md="reports/claims.md",
         html="reports/index.html",
+        metrics=expand("reports/metrics/{paper}.json", paper=PAPERS),
     params:
         profile=PROFILE,
     conda:

@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from ..artifacts import save_text, write_atomic
+from ..artifacts import save_json, save_text, write_atomic
 from ..config import Settings
 from ..registry import get_paper
 from . import costs, figures
@@ -47,6 +47,8 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
         sections.append((spec, rows, figs, _timing(table)))
     frame = claims_frame(all_rows)
     write_atomic(out / "claims.csv", lambda p: frame.write_csv(p))
+    for spec, rows, _figs, _timing in sections:  # DVC metrics: `dvc metrics diff`, `dvc exp show` columns
+        save_json(paper_metrics(rows), out / "metrics" / f"{spec.id}.json")
     cost = costs.paper_costs(root, settings.papers)
     cost_md = costs.cost_lines(cost, costs.projection(cost)) if cost else []
     save_text(_markdown(sections, settings, cost_md), out / "claims.md")
@@ -54,6 +56,27 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
     if tracking_uri:
         _track(tracking_uri, settings, out)
     return index
+
+
+VERDICT_CODE = {"reproduced": 1, "inconclusive": 0, "not reproduced": -1}
+
+
+def paper_metrics(rows: list[dict]) -> dict:
+    """The small per-paper results file DVC declares as metrics: the headline row's numbers and verdict code
+    (1 reproduced, 0 inconclusive, -1 not reproduced; absent when not testable), and verdict counts."""
+    def numbers(r: dict) -> dict:
+        out = {k: (None if isinstance(r[k], float) and math.isnan(r[k]) else r[k])
+               for k in ("method_mean", "baseline_mean", "delta", "ci_low", "ci_high", "mde", "n_seeds")}
+        if r["verdict"] in VERDICT_CODE:
+            out["verdict"] = VERDICT_CODE[r["verdict"]]
+        return out
+
+    heads = [r for r in rows if r["role"] == "headline"]
+    result = {"headline": numbers(heads[0])} if len(heads) == 1 else {f"headline{i + 1}": numbers(r) for i, r in enumerate(heads)}
+    judged = [r for r in rows if r["role"] in ("headline", "secondary")]
+    result["counts"] = {v.replace(" ", "_"): sum(r["verdict"] == v for r in judged)
+                        for v in ("reproduced", "inconclusive", "not reproduced", "not testable")}
+    return result
 
 
 def _timing(table: pl.DataFrame) -> dict[str, float]:
