@@ -38,6 +38,8 @@ def _module_file(name: str) -> Path | None:
 
 def _imports(path: Path) -> set[str]:
     """paperflow modules imported by `path` (absolute and relative imports)."""
+    if not path.is_relative_to(PKG):  # a plugin paper kept outside the package: absolute imports only
+        return {n for node in ast.walk(ast.parse(path.read_text())) for n in _absolute(node)}
     parts = ["paperflow", *path.relative_to(PKG).with_suffix("").parts]
     package = parts if path.name == "__init__.py" else parts[:-1]  # the package relative imports start from
     if package[-1] == "__init__":
@@ -55,6 +57,14 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+def _absolute(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name.startswith("paperflow")}
+    if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("paperflow"):
+        return {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return set()
+
+
 def shared_deps(module_path: Path) -> list[str]:
     """Files of the paperflow package that `module_path` imports, transitively (repo-relative)."""
     seen: set[Path] = set()
@@ -68,7 +78,7 @@ def shared_deps(module_path: Path) -> list[str]:
             f = _module_file(name)
             if f is not None and f not in seen:
                 todo.append(f)
-    return sorted(str(p.relative_to(PKG.parents[1])) for p in seen)
+    return sorted(str(p.relative_to(PKG.parents[1])) if p.is_relative_to(PKG.parents[1]) else str(p) for p in seen)
 
 
 def dvc_stages() -> dict:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, tracking
+from . import artifacts, stagecache, tracking
 from .config import Settings, config_dict, flatten
 from .registry import get_paper
 from .spec import ConfigError, Resources
@@ -97,13 +97,25 @@ def prepare(ctx: Context, paper: str) -> Path:
         root=str(ctx.root / "resources"),
         paths={name: str(ctx.root / "resources" / get_resource(name).output) for name in spec.resources},
     )
-    _progress(f"{paper}: prepare")
+    inputs = stagecache.file_hash(_code_files(paper) + [ctx.root / "resources" / f"{get_resource(n).output}.sha256.json"
+                                                         for n in spec.resources])
+    cache = stagecache.StageCache(ctx.root, "prepare", paper)
+    out = ctx.data_path(paper)
     with _tracked(ctx, paper, "prepare", None, variant="data", seed="-") as run:
         run.log_params(flatten(config_dict(cfg)))
+        hit = cache.lookup(cfg, inputs)
+        if hit:  # the settings prepare reads, its code and resources are unchanged (stagecache.py)
+            _progress(f"{paper}: prepare (reused: its settings, code and resources are unchanged)")
+            cache.restore(hit, out.parent)
+            run.set_tag("cache", "hit")
+            return out
+        _progress(f"{paper}: prepare")
         t0 = time.perf_counter()
-        data = spec.prepare(cfg, res)
-        out = artifacts.save_torch(data, ctx.data_path(paper))
+        recorder, reads = stagecache.recording(cfg)
+        data = spec.prepare(recorder, res)
+        artifacts.save_torch(data, out)
         run.log_final({"time/prepare_s": time.perf_counter() - t0})
+        cache.store(cfg, reads, inputs, out.parent, [out.name])
     return out
 
 
@@ -117,9 +129,23 @@ def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
     if ctx.tracking_uri is not None:
         parent = tracking.create_parent_run(ctx.tracking_uri, paper, variant, seed, ctx.tags())
     curves: dict[str, list[list[float]]] = {}
-    _progress(f"{paper}/{variant}/seed{seed}: train")
+    inputs = stagecache.file_hash(_code_files(paper) + [ctx.data_path(paper)])
+    cache = stagecache.StageCache(ctx.root, "train", paper, variant, seed)
     with _tracked(ctx, paper, "train", parent, variant=variant, seed=seed) as run:
         run.log_params({"variant": variant, "seed": seed, **flatten(config_dict(cfg))}, also_parent=True)
+        hit = cache.lookup(cfg, inputs)
+        if hit:  # only settings train does not read changed (e.g. a sparsity): reuse the trained model
+            _progress(f"{paper}/{variant}/seed{seed}: train (reused: the settings it reads, its code and data are unchanged)")
+            cache.restore(hit, out_dir)
+            for key, points in artifacts.load_json(out_dir / "curves.json").items():  # the new parent shows the curves too
+                for step, value in points:
+                    run.log(int(step), **{key: value})
+            run.set_tag("cache", "hit")
+            run.log_final({"time/train_s": hit["train_s"]})
+            artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri, "train_s": hit["train_s"],
+                                 "reused": True}, out_dir / "run.json")
+            return out_dir / "model.pt"
+        _progress(f"{paper}/{variant}/seed{seed}: train")
         last_print = [time.monotonic()]
 
         def log(step: int, **metrics: float) -> None:
@@ -133,14 +159,24 @@ def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
 
         seed_everything(seed)
         t0 = time.perf_counter()
-        model = spec.train(cfg, data, variant, seed, log)
+        recorder, reads = stagecache.recording(cfg)
+        model = spec.train(recorder, data, variant, seed, log)
         seconds = time.perf_counter() - t0
         artifacts.save_torch(model, out_dir / "model.pt")
         artifacts.save_json(curves, out_dir / "curves.json")
         run.log_final({"time/train_s": seconds, "time/logging_s": run.seconds_logging})
         run.log_artifact(out_dir / "curves.json")
+        cache.store(cfg, reads, inputs, out_dir, ["model.pt", "curves.json"], train_s=seconds)
     artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri, "train_s": seconds}, out_dir / "run.json")
     return out_dir / "model.pt"
+
+
+def _code_files(paper: str) -> list[Path]:
+    """The paper's module and the package modules it imports (what its stages' results depend on)."""
+    from .config import paper_code
+
+    root = Path(__file__).resolve().parents[2]
+    return [root / rel for rel in paper_code(get_paper(paper))]
 
 
 def _parent(ctx: Context, paper: str, variant: str, seed: int) -> str | None:
