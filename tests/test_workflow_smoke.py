@@ -22,6 +22,7 @@ from paperflow.registry import list_papers
 from paperflow.report.claims import VERDICTS
 
 PAPERS = [s.id for s in list_papers()]
+NO_STAGE_CACHE = {"PAPERFLOW_STAGE_CACHE": "off"}  # retrain for real: determinism and kill tests
 CLAIM_COLUMNS = [
     "paper", "claim", "metric", "better", "method", "baseline", "method_mean", "method_std", "baseline_mean",
     "baseline_std", "delta", "ci_low", "ci_high", "n_seeds", "verdict", "compressed_method_mean",
@@ -176,7 +177,7 @@ def test_same_seed_same_metrics(workspace, smoke_run):
     run_dir = _one_run(workspace)
     before = json.loads((run_dir / "metrics.json").read_text())["metrics"]
     run(SNAKEMAKE + ["--cores", "8", "--config", "profile=smoke", "--forcerun", str(run_dir.relative_to(workspace) / "model.pt"),
-                     "--", str(run_dir.relative_to(workspace) / "metrics.json")], workspace)
+                     "--", str(run_dir.relative_to(workspace) / "metrics.json")], workspace, env=NO_STAGE_CACHE)
     after = json.loads((run_dir / "metrics.json").read_text())["metrics"]
     assert after == before
 
@@ -192,6 +193,7 @@ def test_killed_job_leaves_no_artifact_and_next_run_completes(workspace, smoke_r
     proc = subprocess.Popen(
         SNAKEMAKE + ["--cores", "2", "--config", "profile=smoke", "--forcerun", str(rel / "model.pt"), "--", str(rel / "metrics.json")],
         cwd=workspace, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, **NO_STAGE_CACHE},
     )
     deadline = time.time() + 120
     while time.time() < deadline and not (log.exists() and ": train" in log.read_text()):
@@ -203,7 +205,8 @@ def test_killed_job_leaves_no_artifact_and_next_run_completes(workspace, smoke_r
     if (run_dir / "model.pt").exists():
         torch.load(run_dir / "model.pt", weights_only=True)
     run(SNAKEMAKE + ["--unlock", "--config", "profile=smoke"], workspace)  # the killed run held the lock
-    done = run(SNAKEMAKE + ["--cores", "2", "--config", "profile=smoke", "--rerun-incomplete", "--", str(rel / "metrics.json")], workspace)
+    done = run(SNAKEMAKE + ["--cores", "2", "--config", "profile=smoke", "--rerun-incomplete", "--", str(rel / "metrics.json")], workspace,
+               env=NO_STAGE_CACHE)
     assert done.returncode == 0
     assert json.loads((run_dir / "metrics.json").read_text())["metrics"] == before
 

@@ -73,9 +73,10 @@ class StageCache:
         self.dir = Path(root) / CACHE_DIR / stage / paper / variant / f"seed{seed}"
 
     def lookup(self, cfg: Any, inputs: str) -> dict | None:
-        """The entry's meta if it holds what the stage would compute now (same read fields, code, inputs)."""
+        """The entry's meta if it holds what the stage would compute now (same read fields, code, inputs).
+        PAPERFLOW_STAGE_CACHE=off recomputes every stage (determinism checks, timing runs)."""
         meta_path = self.dir / "meta.json"
-        if not meta_path.exists():
+        if os.environ.get("PAPERFLOW_STAGE_CACHE", "").lower() in ("off", "0", "false", "no") or not meta_path.exists():
             return None
         try:
             meta = artifacts.load_json(meta_path)
