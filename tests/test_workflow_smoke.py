@@ -211,6 +211,26 @@ def test_killed_job_leaves_no_artifact_and_next_run_completes(workspace, smoke_r
     assert json.loads((run_dir / "metrics.json").read_text())["metrics"] == before
 
 
+def test_a_compress_only_knob_does_not_retrain(workspace, smoke_run):
+    """`dvc exp run -S papers.dcmha.sparsity=...` reruns dcmha's jobs, which reuse the trained models and
+    recompute only compress and evaluate (stagecache.py)."""
+    import yaml
+
+    params_path = workspace / "params.yaml"
+    original = params_path.read_text()
+    params = yaml.safe_load(original)
+    params["papers"]["dcmha"]["sparsity"] = 0.6
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        run(SNAKEMAKE + ["--cores", "8", "all", "--config", "profile=smoke", "only=[dcmha]"], workspace)
+        logs = [p.read_text() for p in (workspace / "logs" / "dcmha").glob("*/seed0/run.log")]
+        assert logs and all("train (reused" in log and ": compress" in log for log in logs)
+        table = pl.read_csv(workspace / "results" / "dcmha" / "metrics.csv")
+        assert "compressed@0.60/val_loss" in table.columns
+    finally:
+        params_path.write_text(original)
+
+
 def test_editing_a_paper_module_reruns_only_that_paper(workspace, smoke_run):
     run(SNAKEMAKE + ["--cores", "8", "all", "--config", "profile=smoke"], workspace)  # settle earlier tests' reruns
     module = workspace / "src" / "paperflow" / "papers" / "dcmha.py"
