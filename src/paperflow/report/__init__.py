@@ -47,7 +47,7 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
         sections.append((spec, rows, figs, _timing(table)))
     frame = claims_frame(all_rows)
     write_atomic(out / "claims.csv", lambda p: frame.write_csv(p))
-    for spec, rows, _figs, _timing in sections:  # DVC metrics: `dvc metrics diff`, `dvc exp show` columns
+    for spec, rows, _figs, _t in sections:  # DVC metrics: `dvc metrics diff`, `dvc exp show` columns
         save_json(paper_metrics(rows), out / "metrics" / f"{spec.id}.json")
     cost = costs.paper_costs(root, settings.papers)
     cost_md = costs.cost_lines(cost, costs.projection(cost)) if cost else []
