@@ -204,3 +204,80 @@ def test_finetune_then_merge_matches(tiny_data, method):
 def test_steps_to_target():
     assert ft.steps_to_target([10, 20, 30], [1.0, 0.5, 0.4], 0.5) == 20
     assert ft.steps_to_target([10, 20], [1.0, 0.9], 0.5) == math.inf
+
+
+def test_prune_merged_prunes_each_adapted_matrix_and_leaves_the_rest(tiny_data):
+    cfg, data = TINY, tiny_data
+    model = ft.finetune(cfg, data, "lora", 1e-2, 0)
+    comp = ft.compress_merge_prune(cfg, model, data, "lora_lr0", 0)
+    assert set(comp) == {"merged", "0.50"} and ft.level_names(cfg) == ["0.50"]
+    merged, pruned = comp["merged"]["state"], comp["0.50"]["state"]
+    for name, w in merged.items():
+        if any(name.endswith(f"{t}.weight") for t in cfg.targets):  # each matrix: exactly half, the smallest |w|
+            kept = pruned[name] != 0
+            assert int((~kept).sum()) == w.numel() // 2
+            assert w[kept].abs().min() >= w[~kept].abs().max()
+        else:  # norms, head: untouched
+            assert torch.equal(pruned[name], w)
+    m = ft.metrics(cfg, comp["0.50"], data)
+    assert m["sparsity"] == pytest.approx(0.5) and "merge_err" not in m
+
+
+def test_shared_prepare_cache_computes_once_and_reloads_the_same_artifact(tmp_path, monkeypatch):
+    res = tiny_resources(tmp_path / "res")
+    cfg = ft.TaskConfig(seq_len=8, n_train=4, n_val=2, n_test=2)
+    calls = []
+    real = ft.prepare_task
+    monkeypatch.setattr(ft, "prepare_task", lambda c, r: calls.append(1) or real(c, r))
+    first = ft.prepare_task_shared(cfg, res, tmp_path / "cache")
+    # another paper's Config with the same data fields (training fields differ): same key, loaded, not recomputed
+    other = ft.TaskConfig(seq_len=8, n_train=4, n_val=2, n_test=2, steps=70, lora_r=2, nb=2, sparsities=(0.3,))
+    assert ft.task_cache_key(other, res) == ft.task_cache_key(cfg, res) == first["cache_key"]
+    second = ft.prepare_task_shared(other, res, tmp_path / "cache")
+    assert len(calls) == 1 and torch.equal(first["hidden"], second["hidden"]) and torch.equal(first["ids"], second["ids"])
+    assert [p.name for p in (tmp_path / "cache").glob("*.pt")] == [f"finetune-task-{first['cache_key']}.pt"]
+    # a data field changes the key (a new product); a corrupt file is recomputed, not trusted
+    assert ft.task_cache_key(ft.TaskConfig(seq_len=8, n_train=5, n_val=2, n_test=2), res) != first["cache_key"]
+    (tmp_path / "cache" / f"finetune-task-{first['cache_key']}.pt").write_bytes(b"garbage")
+    third = ft.prepare_task_shared(cfg, res, tmp_path / "cache")
+    assert len(calls) == 2 and torch.equal(third["hidden"], first["hidden"])
+    assert ft.shared_dir(res) == tmp_path / "results" / "_shared"
+
+
+def test_finetune_grid_keeps_the_best_validation_run_and_every_lrs_state(tiny_data):
+    cfg, data = TINY, tiny_data
+    lrs = (1e-4, 3e-2, 1.0)
+    model = ft.finetune_grid(cfg, data, "lora", lrs, 3)
+    # each grid entry is exactly the run finetune() gives at that lr with the same seed
+    for run, lr in zip(model["grid"], lrs):
+        alone = ft.finetune(cfg, data, "lora", lr, 3)
+        assert run["lr"] == lr and all(torch.equal(run["state"][k], alone["state"][k]) for k in alone["state"])
+    vals = [run["curve"]["val_acc"][-1] for run in model["grid"]]
+    i = max(range(3), key=lambda j: (vals[j], -j))  # best validation accuracy, ties to the smaller lr
+    assert model["tuning"]["tuned_lr_index"] == i and model["lr"] == lrs[i] and model["tuning"]["grid_edge"] == float(i != 1)
+    m = ft.metrics(cfg, model, data)
+    accs = [m[f"acc@lr{j}"] for j in range(3)]
+    assert m["acc"] == accs[i] and m["acc_worst"] == min(accs) and m["val_acc"] == vals[i]
+    assert "grid" not in ft.merge(cfg, data, model) and "acc_worst" not in ft.metrics(cfg, ft.merge(cfg, data, model), data)
+
+
+def test_shared_prepare_waits_for_the_lock_holder(tmp_path):
+    """A second prepare (another paper's job) blocks on the per-key flock while the first holds it, then loads."""
+    import fcntl
+    import threading
+
+    res = tiny_resources(tmp_path / "res")
+    cfg = ft.TaskConfig(seq_len=8, n_train=4, n_val=2, n_test=2)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key = ft.task_cache_key(cfg, res)
+    out = {}
+    with open(cache / f".finetune-task-{key}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        worker = threading.Thread(target=lambda: out.update(data=ft.prepare_task_shared(cfg, res, cache)))
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive() and not (cache / f"finetune-task-{key}.pt").exists()  # waiting, not computing
+        fcntl.flock(held, fcntl.LOCK_UN)
+    worker.join(timeout=120)
+    assert not worker.is_alive() and out["data"]["cache_key"] == key

@@ -28,10 +28,13 @@ float16 (the adapted layer computes in float32).
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -69,6 +72,7 @@ class TaskConfig:
     nb: int = 4  # diagonal blocks of ETHER / ETHER+ / OFT
     prepare_batch: int = 32  # passages per forward in prepare()
     book_chars: int = 0  # read only the first book_chars characters of each novel (0 = the whole novel)
+    sparsities: tuple = (0.5,)  # compress: magnitude pruning of the merged adapted layers at these levels
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "split", tuple(float(x) for x in self.split))
@@ -88,6 +92,9 @@ class TaskConfig:
         check(self.nb >= 1, f"nb must be >= 1, got {self.nb}")
         check(self.prepare_batch >= 1, f"prepare_batch must be >= 1, got {self.prepare_batch}")
         check(self.book_chars >= 0, f"book_chars must be >= 0 (0 = whole novels), got {self.book_chars}")
+        object.__setattr__(self, "sparsities", tuple(float(x) for x in self.sparsities))
+        check(all(0 < x < 1 for x in self.sparsities),
+              f"sparsities must be fractions in (0, 1) (magnitude pruning levels), got {self.sparsities}")
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -154,6 +161,80 @@ def prepare_task(cfg: TaskConfig, res) -> dict:
         "first_top_layer": n_layers - cfg.top_layers,
         "model_dir": os.path.abspath(res["smollm2"]),
     })
+    return data
+
+
+# ------------------------------------------------------------------------- shared prepare cache
+# The data artifact depends only on these TaskConfig fields, the two resources and the code that computes it,
+# so two papers with the same values (loraplus and ether) derive the SAME product: it is computed once and
+# the second prepare loads it (DESIGN.md "Shared fine-tuning task").
+DATA_FIELDS = ("seq_len", "n_train", "n_val", "n_test", "split", "top_layers", "prepare_batch", "book_chars")
+_DATA_CODE = ("finetune.py", "compress/calibration.py", "data/smollm2.py")  # paperflow files that compute it
+
+
+def _resource_digest(path: str) -> str:
+    """A resource's content identity: its recorded `<path>.sha256.json` digest (written by the resources rule
+    over the decoded content), else the sha256 of its bytes (a folder: every file, by relative path)."""
+    record = Path(f"{path}.sha256.json")
+    if record.is_file():
+        return str(json.loads(record.read_text())["sha256"])
+    digest = hashlib.sha256()
+    root = Path(path)
+    for f in sorted(p for p in ([root] if root.is_file() else root.rglob("*")) if p.is_file()):
+        digest.update(str(f.relative_to(root) if f != root else f.name).encode())
+        digest.update(hashlib.sha256(f.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def task_cache_key(cfg: TaskConfig, res) -> str:
+    """sha256 (16 hex) of everything the data artifact depends on: the DATA_FIELDS of cfg, the resources'
+    content, the source of the code that computes it, and the torch/transformers versions."""
+    import transformers
+
+    here = Path(__file__).parent
+    spec = {
+        "fields": {f: list(v) if isinstance(v := getattr(cfg, f), tuple) else v for f in DATA_FIELDS},
+        "resources": {name: _resource_digest(res[name]) for name in ("austen", "smollm2")},
+        "code": {f: hashlib.sha256((here / f).read_bytes()).hexdigest() for f in _DATA_CODE},
+        "versions": [torch.__version__, transformers.__version__],
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def shared_dir(res) -> Path:
+    """results/_shared next to the checkout's resources/ (res.root), not inside any paper's results."""
+    return Path(res.root).parent / "results" / "_shared"
+
+
+def prepare_task_shared(cfg: TaskConfig, res, cache_dir: str | os.PathLike | None = None) -> dict:
+    """prepare_task through a content-addressed cache: <cache_dir>/finetune-task-<key>.pt (task_cache_key).
+
+    Safe under parallel jobs: an exclusive flock on a per-key lock file serialises the papers' prepare jobs, so
+    the second one waits (blocked, no CPU) while the first computes, then loads the file; the file is written
+    atomically (tmp + rename), so a reader never sees a partial one, and where flock does not exclude (some
+    network file systems) both compute the same content and the last rename wins. An unreadable cache file is
+    recomputed. The result is the prepare_task artifact plus its `cache_key`."""
+    from .artifacts import load_torch, save_torch
+
+    key = task_cache_key(cfg, res)
+    folder = Path(cache_dir) if cache_dir is not None else shared_dir(res)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"finetune-task-{key}.pt"
+    with open(folder / f".finetune-task-{key}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            data = None
+            if path.is_file():
+                try:
+                    data = load_torch(path)
+                except Exception:  # a corrupt or foreign file: recompute and replace it
+                    data = None
+            if data is None or data.get("cache_key") != key:
+                data = {**prepare_task(cfg, res), "cache_key": key}
+                save_torch(data, path)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    data["model_dir"] = os.path.abspath(res["smollm2"])
     return data
 
 
@@ -315,6 +396,47 @@ def finetune(cfg: TaskConfig, data: dict, method: str, lr: float, seed: int, log
     }
 
 
+def finetune_grid(cfg: TaskConfig, data: dict, method: str, lrs, seed: int, log=None,
+                  groups: ParamGroups | None = None) -> dict:
+    """Equal tuning inside one job (paperflow.tuning.tune): `finetune` at every lr of `lrs` (same seed, so the
+    same initialisation and batch order at every lr), keeping the run with the best final VALIDATION accuracy
+    (ties to the smaller lr). Returns that run's model dict plus "tuning" (tuned_lr, tuned_lr_index, grid_edge,
+    val_score@<i>) and "grid" (per lr: lr, trained state, validation curve), so evaluate can report every lr's
+    test numbers (grid_metrics). Per-step logs of the i-th lr carry the prefix "lr<i>/"."""
+    from .tuning import tune
+
+    runs: list[dict] = []
+
+    def fit(lr: float) -> tuple[dict, float]:
+        i = len(runs)
+        sub = None if log is None else (lambda step, **m: log(step, **{f"lr{i}/{k}": v for k, v in m.items()}))
+        model = finetune(cfg, data, method, lr, seed, sub, groups)
+        runs.append(model)
+        return model, model["curve"]["val_acc"][-1]  # the final evaluation (step = cfg.steps)
+
+    best, info = tune(tuple(float(x) for x in lrs), fit, higher=True, name="lr")
+    grid = [{"lr": r["lr"], "state": r["state"], "curve": r["curve"]} for r in runs]
+    return {**best, "tuning": info, "grid": grid}
+
+
+@torch.no_grad()
+def grid_metrics(cfg: TaskConfig, data: dict, model: dict) -> dict[str, float]:
+    """Every grid lr's final test/validation numbers (acc@lr<i>, loss@lr<i>, val_acc@lr<i>), the robustness
+    summaries over the grid (acc_worst = min test accuracy, acc_spread = max - min) and the tuning record
+    (tuned_lr, tuned_lr_index, grid_edge); {} for a model without a grid (a merged or pruned one)."""
+    if "grid" not in model:
+        return {}
+    out = {k: float(v) for k, v in model["tuning"].items()}
+    accs = []
+    for i, run in enumerate(model["grid"]):
+        net = load_model(cfg, data, {"method": model["method"], "state": run["state"]})
+        test, val = evaluate_split(net, data, 2), evaluate_split(net, data, 1)
+        out.update({f"acc@lr{i}": test["acc"], f"loss@lr{i}": test["loss"], f"val_acc@lr{i}": val["acc"]})
+        accs.append(test["acc"])
+    out.update(acc_worst=min(accs), acc_spread=max(accs) - min(accs), grid_size=float(len(accs)))
+    return out
+
+
 def load_model(cfg: TaskConfig, data: dict, model: dict) -> TopClassifier:
     """Rebuild a trained (or merged) classifier from its model dict."""
     method = "full" if model.get("merged") else model["method"]
@@ -335,12 +457,14 @@ def merge(cfg: TaskConfig, data: dict, model: dict) -> dict:
     n = merge_adapters(net)
     after = net(h)
     state = {k: v.detach().clone() for k, v in net.state_dict().items() if not k.startswith("rotary")}
-    return {**{k: v for k, v in model.items() if k != "state"}, "state": state, "merged": True,
+    # the lr grid's states and record stay with the dense model (grid_metrics); the merged model is the chosen run
+    return {**{k: v for k, v in model.items() if k not in ("state", "grid", "tuning")}, "state": state, "merged": True,
             "n_merged": int(n), "merge_err": float((before - after).abs().max())}
 
 
 def metrics(cfg: TaskConfig, model: dict, data: dict) -> dict[str, float]:
-    """Test/val accuracy and loss of a model dict, its parameter counts, lr and the learning curve."""
+    """Test/val accuracy and loss of a model dict, its parameter counts, lr and the learning curve (and, for a
+    finetune_grid model, grid_metrics)."""
     net = load_model(cfg, data, model)
     test, val = evaluate_split(net, data, 2), evaluate_split(net, data, 1)
     out = {"acc": test["acc"], "loss": test["loss"], "val_acc": val["acc"], "val_loss": val["loss"],
@@ -348,14 +472,48 @@ def metrics(cfg: TaskConfig, model: dict, data: dict) -> dict[str, float]:
            "lr": float(model["lr"]), "final_train_loss": float(model["final_train_loss"])}
     for s, l in zip(model["curve"]["step"], model["curve"]["val_loss"]):
         out[f"val_loss@{s}"] = float(l)
-    if model.get("merged"):
+    if model.get("merged") and "merge_err" in model:
         out["merge_err"] = float(model["merge_err"])
+    if model.get("pruned"):
+        out["sparsity"] = float(model["sparsity"])
+    out.update(grid_metrics(cfg, data, model))
     return out
 
 
 def compress_merge(cfg: TaskConfig, model: dict, data: dict, variant: str, seed: int) -> dict:
     """The PEFT papers' compress stage: one level, "merged" (see merge)."""
     return {"merged": merge(cfg, data, model)}
+
+
+def level_names(cfg: TaskConfig) -> list[str]:
+    """The compress levels of cfg.sparsities as they appear in metric columns ("0.50", ...)."""
+    from .compress.magnitude import level_name
+
+    return [level_name(s) for s in cfg.sparsities]
+
+
+def prune_merged(cfg: TaskConfig, merged: dict) -> dict[str, dict]:
+    """Magnitude pruning of a merged model's adapted linears (the `targets` weights of the top layers, each
+    matrix pruned to the level on its own, scope "layer"), one model dict per level of cfg.sparsities. The
+    frozen bottom layers stay dense: their activations are the cached inputs."""
+    from .compress.magnitude import magnitude_levels, prunable_weights, sparsity_of
+
+    include = tuple(f"{t}.weight" for t in cfg.targets)
+    levels = magnitude_levels(merged["state"], cfg.sparsities, include=include, scope="layer")
+    out = {}
+    for level, state in levels.items():
+        pruned = {k: v for k, v in merged.items() if k not in ("state", "merge_err")}
+        out[level] = {**pruned, "state": state, "pruned": True,
+                      "sparsity": sparsity_of(prunable_weights(state, include))}
+    return out
+
+
+def compress_merge_prune(cfg: TaskConfig, model: dict, data: dict, variant: str, seed: int) -> dict:
+    """The PEFT papers' compress stage: "merged" (every adapter folded into its weight; equal to the dense
+    model by construction, merge_err measures it) and, per level of cfg.sparsities ("0.50", ...), the merged
+    model with its adapted linears magnitude-pruned (prune_merged): what a merged adapter survives."""
+    merged = merge(cfg, data, model)
+    return {"merged": merged, **prune_merged(cfg, merged)}
 
 
 # ------------------------------------------------------------------------------- lr-grid variants
@@ -384,8 +542,9 @@ def steps_to_target(steps: list[int], losses: list[float], target: float) -> flo
     return math.inf
 
 
-def curve_of(row: dict, stage: str = "dense") -> tuple[list[int], list[float]]:
-    """The validation curve (steps, losses) stored in a metrics row as <stage>/val_loss@<step>."""
-    prefix = f"{stage}/val_loss@"
+def curve_of(row: dict, stage: str = "dense", prefix: str | None = None) -> tuple[list[int], list[float]]:
+    """The validation curve (steps, losses) stored in a metrics row as <stage>/val_loss@<step> (or under another
+    column prefix, e.g. "dense/same_lr_val_loss@")."""
+    prefix = prefix or f"{stage}/val_loss@"
     pts = sorted((int(k[len(prefix):]), float(v)) for k, v in row.items() if k.startswith(prefix) and v is not None)
     return [s for s, _ in pts], [l for _, l in pts]

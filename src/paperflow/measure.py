@@ -56,6 +56,33 @@ def forward_backward_flops(loss_fn: Callable[[], torch.Tensor]) -> tuple[int, in
     return int(fwd.get_total_flops()), int(bwd.get_total_flops())
 
 
+def backward_step_costs(loss_fn: Callable[[], torch.Tensor], weights: Iterable[torch.Tensor] = ()) -> dict[str, float]:
+    """Measured backward cost of one training step: loss_fn() builds the loss, then .backward() runs.
+
+    Returns {"bwd_flops": FLOPs of the backward (forward_backward_flops), "saved_bytes": bytes of the tensors
+    autograd saved for the backward (caught with torch.autograd.graph.saved_tensors_hooks while the graph is
+    built: activations, ReLU outputs, pooling indices, an input that a weight gradient needs), counted once per
+    storage (its largest saved view), leaving out the storages of `weights` (the model's own tensors, resident
+    anyway)}. A sparse update saves here twice: frozen layers need no weight gradient (FLOPs) and keep no input
+    (bytes). Add the updated weights and their gradients to get the step's training memory."""
+    exclude = {t.untyped_storage().data_ptr() for t in weights}
+    saved: dict[int, dict[tuple, torch.Tensor]] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in exclude:
+            saved.setdefault(ptr, {})[(t.storage_offset(), tuple(t.shape))] = t
+        return t
+
+    def build() -> torch.Tensor:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            return loss_fn()
+
+    _, bwd = forward_backward_flops(build)
+    largest = [max(views.values(), key=lambda t: t.numel()) for views in saved.values()]
+    return {"bwd_flops": float(bwd), "saved_bytes": float(nbytes(largest))}
+
+
 @torch.no_grad()
 def latency(fn: Callable[..., Any], *args: Any, repeats: int = 20, warmup: int = 3, **kwargs: Any) -> float:
     """Median wall time in seconds of fn(*args, **kwargs) over `repeats` calls after `warmup` calls."""

@@ -92,3 +92,38 @@ def dequantize_state(state: Mapping[str, torch.Tensor], dtype: torch.dtype = tor
 def int8_nbytes(state: Mapping[str, torch.Tensor]) -> int:
     """Storage of a (possibly packed) state dict in bytes, counting each tensor's element size."""
     return sum(t.numel() * t.element_size() for t in state.values())
+
+
+class Int8Linear(torch.nn.Module):
+    """A Linear layer stored as int8 codes + per-output-channel fp32 scales (quantize_per_channel) that runs
+    torch's weight-only int8 CPU kernel (aten._weight_int8pack_mm: y = x (s * q)^T + b, activations stay fp32),
+    so its output equals an fp32 Linear holding dequantize(q, s) up to float rounding. For timing whether
+    int8 weights are also faster (papers time it against the fp32 layer with measure.interleaved_times)."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        q, scale = quantize_per_channel(linear.weight)
+        self.register_buffer("q", q.contiguous())
+        self.register_buffer("scale", scale.reshape(-1).contiguous())
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, self.in_features).float().contiguous(), self.q, self.scale)
+        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+
+def int8_kernel_model(model: torch.nn.Module, exclude: Iterable[str] = ()) -> torch.nn.Module:
+    """A deep copy of `model` whose nn.Linear modules (names not containing any `exclude` substring) are
+    replaced by Int8Linear; the input model is not modified."""
+    import copy
+
+    out = copy.deepcopy(model)
+    exclude = tuple(exclude)
+    for name, module in list(out.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, torch.nn.Linear) and not any(s in full for s in exclude):
+                setattr(module, child_name, Int8Linear(child))
+    return out

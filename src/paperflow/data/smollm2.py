@@ -85,6 +85,28 @@ def frozen_smollm2(model_dir: str) -> torch.nn.Module:
     return _FROZEN[model_dir]
 
 
+_FROZEN_INT8: dict[str, torch.nn.Module] = {}
+INT8_EXCLUDE = ("embed_tokens", "lm_head")
+
+
+def frozen_smollm2_int8(model_dir: str) -> torch.nn.Module:
+    """A frozen copy of the pretrained LM whose decoder Linear weights (q/k/v/o, gate/up/down of every layer)
+    are int8, symmetric per output channel (paperflow.compress.int8.quantize_state, stored de-quantized so the
+    same fp32 forward runs); the tied embedding / lm_head stays fp32 (the usual LLM int8 practice). Loaded once
+    per process beside frozen_smollm2 (one model at a time)."""
+    if model_dir not in _FROZEN_INT8:
+        import copy
+
+        from ..compress.int8 import linear_weight_names, quantize_state
+
+        _FROZEN_INT8.clear()
+        lm = copy.deepcopy(frozen_smollm2(model_dir))
+        state = lm.state_dict()
+        lm.load_state_dict(quantize_state(state, linear_weight_names(state, exclude=INT8_EXCLUDE)))
+        _FROZEN_INT8[model_dir] = lm
+    return _FROZEN_INT8[model_dir]
+
+
 def load_tokenizer(model_dir: str):
     from transformers import AutoTokenizer
 
