@@ -17,6 +17,14 @@ configfile: "params.yaml"
 
 
 include: "workflow/rules/common.smk"
+
+
+wildcard_constraints:
+    paper="|".join(PAPERS) or "NO_PAPER",
+    variant="[A-Za-z0-9_]+",
+    seed=r"\d+",
+
+
 include: "workflow/rules/resources.smk"
 include: "workflow/rules/prepare.smk"
 include: "workflow/rules/run.smk"

@@ -1,12 +1,15 @@
 """Tests of the adaptive-decoding paper module (papers/adaptive_decoding.py): the confidence-increment set on a
-hand-made distribution (entropies computed by hand, and the official closed form), the baseline candidate sets,
-the diversity metrics on hand-made texts, and the spec path on a tiny random Llama (no real resources)."""
+hand-made distribution (entropies computed by hand, and the official closed form), the exact top-K shortcut of the adaptive set
+(against the full sort, and the bound dConf_k <= p_k ln 2 it rests on), the baseline candidate sets, the diversity
+metrics on hand-made texts, the pre-declared Pareto statistic by hand, the int8 kernel layer, and the spec path
+(int8 stage and derive included) on a tiny random Llama (no real resources)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from paperflow.papers import adaptive_decoding as P
 from paperflow.spec import ConfigError
@@ -14,6 +17,17 @@ from tiny_llama import tiny_resources
 
 PROBS = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)  # already sorted, V = 4
 LOGITS = PROBS.log()[None]  # (1, 4)
+
+
+@torch.no_grad()
+def continuation_ppl(lm, prompts: torch.Tensor, conts: torch.Tensor, batch: int) -> float:
+    """exp(mean NLL of the continuation tokens given the prompt) by a second full forward (checks the recorded NLLs)."""
+    nll = []
+    for i in range(0, prompts.shape[0], batch):
+        ids = torch.cat([prompts[i : i + batch], conts[i : i + batch]], 1)
+        lg = lm(input_ids=ids).logits[:, prompts.shape[1] - 1 : -1].float()
+        nll.append(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), conts[i : i + batch].reshape(-1), reduction="none"))
+    return float(torch.exp(torch.cat(nll).mean()))
 
 
 def entropy_after(k: int, p: torch.Tensor) -> float:
@@ -66,13 +80,77 @@ def test_adaptive_set_size_follows_epsilon():
 
 
 def test_baseline_sets_on_the_hand_made_distribution():
-    assert P.greedy_set(LOGITS)[0].tolist() == [True, False, False, False]
-    assert P.top_k_set(LOGITS, 2)[0].tolist() == [True, True, False, False]
     assert P.top_p_set(LOGITS, 0.79)[0].tolist() == [True, True, False, False]  # 0.5 + 0.3 reaches 0.79
     assert P.top_p_set(LOGITS, 0.81)[0].tolist() == [True, True, True, False]
     # typical: H = 1.1437 nats; |-log p - H| = 0.45, 0.06, 0.75, 1.85 -> order 0.3, 0.5, 0.15, 0.05
     assert P.typical_set(LOGITS, 0.3)[0].tolist() == [False, True, False, False]
     assert P.typical_set(LOGITS, 0.7)[0].tolist() == [True, True, False, False]
+
+
+def _random_logits(n=24, v=5000, seed=0):
+    """Peaked, flat and in-between rows over a vocabulary of v (temperatures 0.3 .. 3)."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(n, v, generator=g, dtype=torch.float64) * 3
+    return base / torch.linspace(0.3, 3.0, n, dtype=torch.float64)[:, None]
+
+
+def test_confidence_increment_is_bounded_by_p_ln2():
+    """The bound behind the top-K shortcut: dConf_k <= p_k ln 2 for every sorted position."""
+    logits = torch.cat([_random_logits(), LOGITS.expand(1, 4).repeat(1, 1250)], 0)
+    delta, order = P.confidence_increments(logits)
+    p = logits.softmax(-1).gather(-1, order)
+    assert bool((delta <= p * math.log(2) + 1e-12).all())
+
+
+@pytest.mark.parametrize("eps", [0.001, 0.0003, 0.01, 0.05])
+def test_adaptive_top_k_shortcut_equals_the_full_sort(eps):
+    logits = _random_logits(v=5000, seed=1)
+    k = P.adaptive_top(eps, 5000)
+    assert k == min(5000, int(math.log(2) / eps) + 1)
+    full_delta, _ = P.confidence_increments(logits)
+    fast_delta, _ = P.confidence_increments(logits, k)
+    assert torch.allclose(fast_delta, full_delta[:, :k], rtol=0, atol=1e-12)
+    assert torch.equal(P.adaptive_set(logits, eps), P.adaptive_set(logits, eps, top=5000))
+    assert P.adaptive_top(0.0, 5000) == 5000
+
+
+@pytest.mark.parametrize("top", [20, 300, 5000])
+def test_top_p_and_typical_partial_sort_equal_the_full_sort(top):
+    """Sorting only the top keys is exact: rows whose top keys hold the mass use them, the others the full sort
+    (top = 20 sends most rows to the fallback, 300 mixes both, 5000 = V is the full sort)."""
+    logits = _random_logits(v=5000, seed=2)
+    for fn, x in ((P.top_p_set, 0.95), (P.typical_set, 0.9), (P.top_p_set, 0.5)):
+        assert torch.equal(fn(logits, x, top=top), fn(logits, x, top=5000))
+    assert torch.equal(P.top_p_set(LOGITS, 0.79, top=2), P.top_p_set(LOGITS, 0.79, top=4))
+
+
+def test_pareto_gap_by_hand_and_derive():
+    cfg = P.Config(div_margin=0.05)
+    a = {"dense/coherence": 0.30, "dense/diversity": 0.96}
+    tp = {"dense/coherence": 0.25, "dense/diversity": 1.00}
+    ty = {"dense/coherence": 0.28, "dense/diversity": 0.98}
+    # terms: 0.05, 0.96 - 0.95 = 0.01, 0.02, 0.96 - 0.931 = 0.029 -> min 0.01
+    assert P.pareto_gap(cfg, a, [tp, ty]) == pytest.approx(0.01)
+    assert P.pareto_gap(cfg, {**a, "dense/diversity": 0.90}, [tp, ty]) == pytest.approx(-0.05)  # diversity too low
+    assert P.pareto_gap(cfg, {**a, "dense/coherence": 0.27}, [tp, ty]) == pytest.approx(-0.01)  # less coherent than typical
+    rows = [{"variant": v, "seed": s, **m} for s in (0, 1) for v, m in (("adaptive", a), ("top_p", tp), ("typical", ty))]
+    out = P.derive(cfg, rows)
+    assert [r["dense/pareto"] for r in out if r["variant"] == "adaptive"] == pytest.approx([0.01, 0.01])
+    assert {r["dense/pareto"] for r in out if r["variant"] != "adaptive"} == {0.0}
+    assert all("compressed@int8/pareto" not in r for r in out)  # no int8 columns given
+
+
+def test_int8_linear_equals_the_dequantized_linear():
+    from paperflow.compress.int8 import Int8Linear, fake_quantize, int8_kernel_model
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 48)
+    x = torch.randn(3, 5, 64)
+    ref = torch.nn.functional.linear(x, fake_quantize(lin.weight.detach()), lin.bias.detach())
+    assert torch.allclose(Int8Linear(lin)(x), ref, atol=1e-4)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    net8 = int8_kernel_model(net, exclude=("2",))
+    assert isinstance(net8[0], Int8Linear) and isinstance(net8[2], torch.nn.Linear) and isinstance(net[0], torch.nn.Linear)
 
 
 def test_text_metrics_by_hand():
@@ -96,32 +174,49 @@ def test_config_validation():
         P.Config(n_prompts=5)  # not a multiple of the two sources
     with pytest.raises(ConfigError):
         P.Config(gen_tokens=3)
+    with pytest.raises(ConfigError):
+        P.Config(div_margin=1.0)
 
 
 def test_spec_path_on_a_tiny_llama(tmp_path):
     res = tiny_resources(tmp_path)
     cfg = P.Config(sources=("austen",), pieces_per_source=6, piece_chars=200, prompt_tokens=6, gen_tokens=8,
-                   n_prompts=4, batch=3, embed_batch=3)
+                   n_prompts=4, batch=3, embed_batch=3, time_rounds=1)
     data = P.prepare(cfg, res)
     assert data["windows_austen"].shape[1] == 14
     logged = []
-    rows = {}
+    rows = []
     for v in P.VARIANTS:
         model = P.train(cfg, data, v, 0, lambda step, **kw: logged.append(kw))
         assert model["generated"].shape == (4, 8)
         assert bool((model["set_sizes"] >= 1).all())
-        rows[v] = P.evaluate(cfg, model, data)
+        dense = P.evaluate(cfg, model, data)
         # the NLLs recorded while generating are the terms of a separate forward's perplexity (KV cache = full pass)
         lm = P.frozen_smollm2(data["model_dir"])
         prompts = model["windows"][:, : cfg.prompt_tokens]
-        assert rows[v]["ppl"] == pytest.approx(P.continuation_ppl(lm, prompts, model["generated"], 3), rel=1e-4)
-    assert rows["greedy"]["set_size"] == 1.0
-    assert rows["top_k"]["set_size"] == min(cfg.top_k, 32)  # the tiny vocabulary is smaller than k
-    for m in rows.values():
-        assert 0 <= m["diversity"] <= 1 and -1 <= m["coherence"] <= 1 and m["ppl"] > 0
+        assert dense["ppl"] == pytest.approx(continuation_ppl(lm, prompts, model["generated"], 3), rel=1e-4)
+        levels = P.compress(cfg, model, data, v, 0)
+        assert set(levels) == {"int8"} and torch.equal(levels["int8"]["windows"], model["windows"])
+        int8 = P.evaluate(cfg, levels["int8"], data)
+        assert ("int8_speedup" in int8) == (v == "adaptive") and "int8_speedup" not in dense
+        assert int8["human_coherence"] == dense["human_coherence"]  # the same fp32 evaluator and reference
+        rows.append({"variant": v, "seed": 0, **{f"dense/{k}": x for k, x in dense.items()},
+                     **{f"compressed@int8/{k}": x for k, x in int8.items()}})
+        for m in (dense, int8):
+            assert 0 <= m["diversity"] <= 1 and -1 <= m["coherence"] <= 1 and m["ppl"] > 0
+    out = {r["variant"]: r for r in P.derive(cfg, rows)}
+    t8, t32 = out["ref|int8_weights"]["dense/decode_step_s"], out["ref|fp32_weights"]["dense/decode_step_s"]
+    assert t8 > 0 and t32 > 0 and rows[-1]["compressed@int8/int8_speedup"] == pytest.approx(t32 / t8)
+    assert out["adaptive"]["compressed@int8/pareto"] == pytest.approx(
+        P.pareto_gap(cfg, out["adaptive"], [out["top_p"], out["typical"]], "compressed@int8"))
+    # the int8 model differs from the fp32 one, but only slightly
+    lm8 = P.frozen_smollm2_int8(data["model_dir"])
+    w, w8 = lm.model.layers[0].mlp.up_proj.weight, lm8.model.layers[0].mlp.up_proj.weight
+    assert not torch.equal(w, w8) and torch.allclose(w, w8, atol=float(w.abs().max()) / 127)
+    assert torch.equal(lm.model.embed_tokens.weight, lm8.model.embed_tokens.weight)
     # the same seed gives the same prompts and samples (paired comparisons); another seed other prompts
     again = P.train(cfg, data, "adaptive", 0, lambda *a, **k: None)
     assert torch.equal(again["generated"], P.train(cfg, data, "adaptive", 0, lambda *a, **k: None)["generated"])
     assert not torch.equal(P.seed_prompts(cfg, data, 0), P.seed_prompts(cfg, data, 1))
     assert logged and "set_size" in logged[0]
-    assert {c.method for c in P.comparisons(cfg)} == {"adaptive"}
+    assert {c.method for c in P.comparisons(cfg) if c.role != "fact"} == {"adaptive"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,7 +20,7 @@ def random_weights(d=16, heads=4, kv=2, std=0.3, seed=0):
     dh = d // heads
     return {"q": torch.randn(heads * dh, d, generator=g) * std, "k": torch.randn(kv * dh, d, generator=g) * std,
             "v": torch.randn(kv * dh, d, generator=g) * std, "o": torch.randn(d, heads * dh, generator=g) * std,
-            "norm": 1 + 0.1 * torch.randn(d, generator=g), "eps": 1e-5, "n_heads": heads, "n_kv_heads": kv,
+            "n_heads": heads, "n_kv_heads": kv,
             "head_dim": dh}
 
 
@@ -39,8 +40,6 @@ def test_attention_equals_the_llama_layer_without_rope(masked):
         ref = att(x[None], position_embeddings=identity_rope, attention_mask=mask)[0][0]
         ours = P.attention(x, w, masked)
     torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-4)
-    norm_ref = lm.model.layers[0].input_layernorm(x)
-    torch.testing.assert_close(P.rms_norm(x, w["norm"], w["eps"]), norm_ref, atol=1e-6, rtol=1e-5)
 
 
 def test_power_iteration_on_a_linear_map_gives_its_spectral_norm():
@@ -63,7 +62,7 @@ def test_uniform_attention_has_the_analytic_lipschitz_constant(masked):
         if masked:
             c = torch.tril(torch.ones(n, n)) / torch.arange(1, n + 1)[:, None]
         expected = float(torch.linalg.matrix_norm(c, ord=2) * torch.linalg.matrix_norm(ov_sum, ord=2))
-        f = P.layer_map(w, masked, norm=False)
+        f = lambda x: P.attention(x, w, masked)
         lip = P.local_lipschitz(f, torch.randn(n, 16), torch.Generator().manual_seed(1), 1e-10, 500)
         assert lip == pytest.approx(expected, rel=1e-4)
 
@@ -71,27 +70,33 @@ def test_uniform_attention_has_the_analytic_lipschitz_constant(masked):
 def test_adversarial_input_has_the_requested_logit_gap_and_the_bound_holds():
     w = random_weights(std=0.5)
     a, ov = P.head_matrices(w)
-    xs = P.adversarial_inputs(w, norm=False, lengths=(2, 8, 32), gap=3.0)
+    xs = P.adversarial_inputs(w, lengths=(2, 8, 32), gap=3.0)
     x = xs[1]
     assert x.shape == (8, 16) and torch.allclose(x[2:], x[1].expand(6, -1))  # one special token, n-1 copies
     vals = [P.real_eigen(a_h)[0] for a_h in a]
     h = max(range(len(a)), key=lambda i: abs(vals[i]).max())
     s = x @ a[h] @ x.T  # s_ij = x_i^T A_h x_j
     assert float(s[1, 0] - s[1, 2]) == pytest.approx(3.0, rel=1e-4)  # token 0 leads the others by the gap
-    f = P.layer_map(w, False, False)
     g = torch.Generator().manual_seed(0)
-    for x in xs + [torch.randn(10, 16) * 3]:
-        assert P.local_lipschitz(f, x, g, 1e-6, 300) <= P.attention_bound(x, a, ov)
+    for masked in (False, True):
+        f = lambda x: P.attention(x, w, masked)
+        for x in xs + [torch.randn(10, 16) * 3]:
+            assert P.local_lipschitz(f, x, g, 1e-6, 300) <= P.attention_bound(x, a, ov)
 
 
-def test_normalized_adversarial_input_is_symmetric_on_the_sphere():
-    w = random_weights(std=0.5)
-    x = P.adversarial_inputs(w, norm=True, lengths=(5,), gap=3.0)[0]
-    y = P.rms_norm(x, w["norm"], w["eps"])
-    torch.testing.assert_close(y[0], -y[1], atol=1e-5, rtol=1e-4)  # [-u, u, ..., u] after normalization
-    f = P.layer_map(w, True, True)
-    a, ov = P.head_matrices(w)
-    assert P.local_lipschitz(f, x, torch.Generator().manual_seed(0), 1e-6, 300) <= P.layer_bound(x, w, True, a, ov)
+def test_low_rank_head_eigenpairs_match_the_full_eigendecomposition():
+    w = random_weights(d=16, heads=4, kv=2, std=0.5, seed=3)
+    a, _ = P.head_matrices(w)
+    dh = w["head_dim"]
+    for i in range(4):
+        j = i // 2
+        val, vec = P.head_eigen(w["q"][i * dh:(i + 1) * dh], w["k"][j * dh:(j + 1) * dh])
+        full, _ = P.real_eigen(a[i])
+        nonzero = np.sort(full[np.abs(full) > 1e-6])
+        np.testing.assert_allclose(np.sort(val), nonzero, rtol=1e-5, atol=1e-7)
+        A = a[i].double().numpy()
+        np.testing.assert_allclose(A @ vec, vec * val, atol=1e-6)  # eigenvectors of the full A_h (float32 inputs)
+        np.testing.assert_allclose(np.linalg.norm(vec, axis=0), 1.0)
 
 
 def test_slope_recovers_a_power_law():
@@ -100,33 +105,76 @@ def test_slope_recovers_a_power_law():
     assert P.slope(n, [2.0] * 4) == pytest.approx(0.0, abs=1e-12)
 
 
+def test_adversarial_sweep_grows_like_sqrt_n_then_flattens():
+    """The theory's picture on a hand-made head (d=2, one head, A = diag(1, 0.1), W_O W_V = I): the special token
+    gets p = e^g / (e^g + n - 1) of every query's attention, so L ~ sqrt(n) p: exponent ~0.5 for n << e^g and no
+    growth once n >> e^g."""
+    w = {"q": torch.eye(2), "k": torch.diag(torch.tensor([1.0, 0.1])), "v": torch.eye(2), "o": torch.eye(2),
+         "n_heads": 1, "n_kv_heads": 1, "head_dim": 2}
+    f = lambda x: P.attention(x, w, True)
+    g = torch.Generator().manual_seed(0)
+    lip = lambda xs: [P.local_lipschitz(f, x, g, 1e-6, 300) for x in xs]
+    small = (4, 8, 16, 32)
+    assert abs(P.slope(small, lip(P.adversarial_inputs(w, small, 9.0))) - 0.5) < 0.1  # n << e^9
+    late = (256, 512, 1024)
+    assert P.slope(late, lip(P.adversarial_inputs(w, late, 1.0))) < 0.1  # n >> e^1
+
+
 def test_stages_on_a_tiny_llama(tmp_path):
     res = tiny_resources(tmp_path)
-    cfg = P.Config(layer=1, n_windows=2, adv_lengths=(2, 4, 8), fit_from=2, meanfield_lengths=(4, 8, 16),
-                   power_iters=20)
+    cfg = P.Config(layers=(0, 1), tight_lengths=(2, 4, 8), knee_lengths=(4, 8, 16), late_from=8, power_iters=20,
+                   n_windows=2, calib_len=16)
     data = P.prepare(cfg, res)
-    assert data["real"].shape == (2, 16, 32) and data["radius"] > 0
-    rows = []
-    for variant in ("random", "smollm2_masked_norm"):
-        model = P.train(cfg, data, variant, 0, lambda step, **m: None)
+    assert set(data["weights"]) == {0, 1} and data["calib"][1]["qkv"].shape == (32,) and data["calib"][1]["o"].min() > 0
+    for variant in P.VARIANTS:
+        model = P.train(cfg, data, variant, 1, lambda step, **m: None)
+        assert model["layer"] == 1
         metrics = P.evaluate(cfg, model, data)
-        assert metrics["lip_over_bound"] <= 1.0 and math.isfinite(metrics["exp_adv"])
-        rows.append({"paper": "attn_lipschitz", "variant": variant, "seed": 0,
-                     **{f"dense/{k}": v for k, v in metrics.items()}})
-    derived = P.derive(cfg, rows)
-    views = {r["variant"] for r in derived}
-    assert {"random|bound", "random|n-independent", "smollm2_masked_norm|bound"} <= views
-    for c in P.comparisons(cfg):  # every row of the two variants run here names existing rows
-        if c.method in ("random", "smollm2_masked_norm"):
-            assert c.baseline in views
-    with pytest.raises(ConfigError, match="layer"):
-        P.prepare(P.Config(layer=5), res)
+        assert metrics["lip_over_bound"] <= 1.0 and math.isfinite(metrics["exp_tight"]) and "lip_knee@16" in metrics
+        levels = P.compress(cfg, model, data, variant, 1)
+        if variant == "random":
+            assert levels == {}
+            assert not torch.equal(model["weights"]["q"], data["weights"][1]["q"])
+            continue
+        assert torch.equal(model["weights"]["q"], data["weights"][1]["q"])
+        pruned = levels["0.50"]
+        for key in ("q", "k", "v", "o"):  # Wanda: exactly half of every output row pruned
+            assert torch.equal((pruned["weights"][key] == 0).sum(1), torch.full((pruned["weights"][key].shape[0],), 16))
+        m = P.evaluate(cfg, pruned, data)
+        assert math.isfinite(m["exp_tight"]) and "exp_late" not in m  # the knee sweep runs on dense models only
+    rows = [{"paper": "attn_lipschitz", "variant": "smollm2", "seed": 1, "dense/exp_tight": 0.4,
+             "compressed@0.50/exp_tight": 0.45}]
+    views = {r["variant"]: r for r in P.derive(cfg, rows)}
+    assert views["smollm2|theory"]["dense/exp_tight"] == 0.5 and views["smollm2|theory"]["compressed@0.50/exp_tight"] == 0.5
+    assert views["smollm2|bound"]["dense/lip_over_bound"] == 1.0
+    for c in P.comparisons(cfg):
+        assert c.method in P.VARIANTS and c.baseline in {f"{v}|{k}" for v in P.VARIANTS for k in ("theory", "bound")}
+    with pytest.raises(ConfigError, match="layers"):
+        P.prepare(P.Config(layers=(5,)), res)
+
+
+def test_wanda_calibration_matches_the_block_inputs(tmp_path):
+    """prepare's q/k/v scaler row equals Wanda's statistic recomputed from the Llama block's own normed inputs."""
+    import json
+
+    from paperflow.data.smollm2 import load_smollm2
+
+    res = tiny_resources(tmp_path)
+    data = P.prepare(P.Config(layers=(1,), n_windows=2, calib_len=16), res)
+    ids = P.load_tokenizer(res["smollm2"])(json.loads(open(res["austen"]).read())["Emma"])["input_ids"]
+    step = len(ids) // 2
+    windows = torch.tensor([ids[i * step:i * step + 16] for i in range(2)])
+    lm = load_smollm2(res["smollm2"])
+    with torch.no_grad():
+        normed = lm.model.layers[1].input_layernorm(lm(windows, output_hidden_states=True).hidden_states[1])
+    expected = normed.pow(2).sum(1).mean(0)  # mean over samples of the sum over tokens of x^2
+    torch.testing.assert_close(data["calib"][1]["qkv"], expected, rtol=1e-4, atol=1e-6)
 
 
 def test_config_errors():
-    with pytest.raises(ConfigError, match="adv_lengths"):
-        P.Config(adv_lengths=(8, 4))
-    with pytest.raises(ConfigError, match="fit_from"):
-        P.Config(fit_from=1000)
-    with pytest.raises(ConfigError, match="adv_gap"):
-        P.Config(adv_gap=0)
+    with pytest.raises(ConfigError, match="knee_lengths"):
+        P.Config(knee_lengths=(8, 4))
+    with pytest.raises(ConfigError, match="late_from"):
+        P.Config(late_from=100000)
+    with pytest.raises(ConfigError, match="sparsity"):
+        P.Config(sparsity=1.0)

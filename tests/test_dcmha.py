@@ -163,7 +163,7 @@ def test_int8_state_dict_roundtrip():
 
 
 SMOKE = dict(d_model=32, n_layer=2, n_head=4, block_size=32, steps=6, batch_size=4, warmup=2, eval_every=3,
-             eval_windows_train=4, eval_windows=8, eval_batch=4)
+             eval_windows_train=4, eval_windows=8, eval_batch=4, tune_steps=3, tune_fraction=0.2)
 
 
 def test_spec_end_to_end_on_synthetic_text(tmp_path):
@@ -173,7 +173,11 @@ def test_spec_end_to_end_on_synthetic_text(tmp_path):
     spec = get_paper("dcmha")
     cfg = spec.make_config(SMOKE)
     data = spec.prepare(cfg, Resources(str(tmp_path), {"shakespeare": str(path)}))
-    assert data["vocab_size"] == len(set(text)) and len(data["train"]) + len(data["val"]) == len(text)
+    assert data["vocab_size"] == len(set(text)) and len(data["train"]) + len(data["tune"]) + len(data["val"]) == len(text)
+    for variant in spec.variants:  # the same grid for every variant, the lowest selection loss kept
+        rec = data["tuning"][variant]
+        scores = [rec[f"val_score@{i}"] for i in range(len(cfg.lr_grid))]
+        assert rec["tuned_lr"] == cfg.lr_grid[int(rec["tuned_lr_index"])] and scores.index(min(scores)) == rec["tuned_lr_index"]
     logged = []
     for variant in spec.variants:
         torch.manual_seed(0)
@@ -181,6 +185,8 @@ def test_spec_end_to_end_on_synthetic_text(tmp_path):
         dense = spec.evaluate(cfg, model, data)
         assert math.isfinite(dense["val_loss"]) and dense["val_loss"] < math.log(data["vocab_size"]) + 0.5
         assert dense["val_ppl"] == pytest.approx(math.exp(dense["val_loss"]))
+        assert dense["tuned_lr"] == data["tuning"][variant]["tuned_lr"] and dense["grid_edge"] in (0.0, 1.0)
+        assert dense["flops"] > 0
         levels = spec.compress(cfg, model, data, variant, 0)
         assert set(levels) == {"int8", "0.50"}
         comp = {lvl: spec.evaluate(cfg, m, data) for lvl, m in levels.items()}
@@ -188,7 +194,28 @@ def test_spec_end_to_end_on_synthetic_text(tmp_path):
         assert abs(comp["int8"]["val_loss"] - dense["val_loss"]) < 0.05
     assert any("val/loss" in m for _, _, m in logged) and any("train/loss" in m for _, _, m in logged)
     rows = spec.comparisons(cfg)
-    assert [r.baseline for r in rows] == ["mha", "mha_2x", "mha"] and rows[2].column == "compressed@int8/val_loss"
+    assert [r.role for r in rows].count("headline") == 1 and rows[0].baseline == "mha"
+    assert [(r.baseline, r.role) for r in rows[1:4]] == [("mha_2x", "secondary"), ("mha", "control"), ("mha", "control")]
+    assert rows[3].column == "compressed@int8/val_loss" and {r.metric for r in rows if r.role == "fact"} == {"n_params", "flops"}
+
+
+def test_flops_fact_counts_dcmha_overhead_by_hand():
+    # FlopCounterMode counts matmuls: the only difference between DCMHA and plain MHA of the same widths
+    # in one layer is the Compose machinery, so the difference must equal the hand count of its matmuls.
+    from paperflow.measure import count_flops
+
+    D, H, T, R = 32, 4, 8, 2
+    torch.manual_seed(0)
+    mha, dc = MultiHeadAttention(D, H), M.DCMHA(D, H, rank=R)
+    x = torch.randn(1, T, D)
+    with torch.no_grad():
+        extra = count_flops(dc, x) - count_flops(mha, x)
+    K = 2 * R * H  # hidden units of each composition
+    dw1 = 2 * T * D * (4 * K)  # x @ W_1 for the 4 compositions
+    qkw = 2 * 2 * T * K * (2 * 2 * R * H)  # (pre, post) x einsum over hidden -> 2 sides x 2R x N
+    dd = 2 * T * D * (4 * H)  # x @ W_g
+    per_comp = 2 * (T * R * H * H) * 2 + 2 * (T * H * H * T) * 2  # low-rank H x H maps (q, k) + applying them
+    assert extra == dw1 + qkw + dd + 2 * per_comp
 
 
 def test_training_is_deterministic_per_seed(tmp_path):

@@ -1,5 +1,6 @@
 """Tests of the ETHER paper module (papers/ether.py): the sweep's param groups, the spec path on a tiny random
-Llama (merge == unmerged), derive (best lr, spread, parameter ratios), Config validation. The reflection math
+Llama (merge == unmerged, pruned level, the in-job lr grid: chosen lr, grid_edge, worst accuracy over the grid,
+spread), the parameter-ratio facts by hand, Config validation. The reflection math
 itself (orthogonal, det -1, ETHER+ identity at init, block-diagonal form) is in tests/test_adapters.py."""
 from __future__ import annotations
 
@@ -50,36 +51,40 @@ def test_sweep_groups_move_only_the_adapter_lr(tiny):
     assert sum(p.numel() for p in adapter["params"]) == sum(2 * (i + o) for i, o in dims)
 
 
-def test_spec_path_and_derive(tiny):
+def test_spec_path_grid_and_robustness_metrics(tiny):
     cfg, data = tiny
     spec = get_paper("ether")
-    rows = []
+    assert tuple(spec.variants) == et.METHODS and spec.derive is None
+    dense = {}
     for variant in spec.variants:
-        if not variant.endswith(("_lr0", "_lr2")):
-            continue
         model = spec.train(cfg, data, variant, 0, lambda step, **m: None)
-        merged = spec.compress(cfg, model, data, variant, 0)["merged"]
-        dense, comp = spec.evaluate(cfg, model, data), spec.evaluate(cfg, merged, data)
-        assert comp["merge_err"] < 1e-4 and comp["acc"] == dense["acc"]
-        rows.append({"paper": "ether", "variant": variant, "seed": 0, **{f"dense/{k}": v for k, v in dense.items()}})
-    out = {r["variant"]: r for r in et.derive(cfg, rows)}
-    for m in et.METHODS:
-        accs = [out[f"{m}_lr{i}"]["dense/acc"] for i in (0, 2)]
-        assert out[f"{m}|best"]["dense/acc_spread"] == pytest.approx(max(accs) - min(accs))
-    lora, ether = out["lora|best"]["dense/params"], out["ether|best"]["dense/params"]
-    assert out["ether|best"]["dense/lora_over_params"] == pytest.approx(lora / ether)
-    assert ether == 32 * 6 + 64  # one vector of size `in` per linear
-    assert out["ref|10x"]["dense/lora_over_params"] == 10.0
+        comp = spec.compress(cfg, model, data, variant, 0)
+        assert set(comp) == {"merged", "0.50"}
+        d, merged = spec.evaluate(cfg, model, data), spec.evaluate(cfg, comp["merged"], data)
+        assert merged["merge_err"] < 1e-4 and merged["acc"] == d["acc"] and "acc_worst" not in merged
+        assert spec.evaluate(cfg, comp["0.50"], data)["sparsity"] == pytest.approx(0.5)
+        accs = [d[f"acc@lr{i}"] for i in range(len(cfg.lrs))]
+        assert d["acc_worst"] == min(accs) and d["acc_spread"] == pytest.approx(max(accs) - min(accs))
+        i = int(d["tuned_lr_index"])
+        assert d["lr"] == cfg.lrs[i] and d["grid_edge"] == (1.0 if i in (0, 2) else 0.0)
+        dense[variant] = d
+    assert dense["ether"]["params"] == 32 * 6 + 64  # one vector of size `in` per linear
+    # LoRA r=2 on the tiny layer: r (in + out) per linear
+    dims = [(32, 32), (32, 16), (32, 16), (32, 32), (32, 64), (32, 64), (64, 32)]
+    assert dense["lora"]["params"] == sum(2 * (i + o) for i, o in dims)
 
 
-def test_derive_best_is_chosen_on_validation():
-    rows = [{"paper": "ether", "variant": f"lora_lr{i}", "seed": 1, "dense/acc": a, "dense/val_acc": v,
-             "dense/val_loss": 1.0, "dense/params": 100.0, "dense/lr": lr}
-            for i, (a, v, lr) in enumerate([(0.2, 0.9, 1e-4), (0.8, 0.1, 1e-3), (0.5, 0.5, 1e-2)])]
-    out = {r["variant"]: r for r in et.derive(et.Config(), rows)}
-    assert out["lora|best"]["dense/acc"] == 0.2 and out["lora|best"]["dense/best_lr"] == 1e-4
-    assert out["lora|best"]["dense/acc_spread"] == pytest.approx(0.6)
-    assert out["lora|best"]["dense/acc_worst"] == 0.2
+def test_parameter_ratio_facts_on_the_smollm2_layer_shapes():
+    """The facts' values by hand for SmolLM2-135M's layer (d 576, kv 192, ffn 1536), r = 8, n = 4 blocks:
+    LoRA 8 (in + out) per linear = 81408; ETHER `in` per linear = 4992 (ratio 16.3); ETHER+ 2 (in + out) = 20352;
+    OFT n b (b - 1) / 2 per linear = 541248."""
+    from paperflow.nn.adapters import make_adapter, n_effective
+
+    dims = [(576, 576), (576, 192), (576, 192), (576, 576), (576, 1536), (576, 1536), (1536, 576)]
+    count = lambda kind, **kw: sum(n_effective(make_adapter(kind, torch.nn.Linear(i, o), **kw)) for i, o in dims)
+    lora, ether, plus, oft = count("lora", r=8), count("ether", nb=4), count("ether_plus", nb=4), count("oft", nb=4)
+    assert (lora, ether, plus, oft) == (81408, 4992, 20352, 541248)
+    assert lora / ether == pytest.approx(16.31, abs=0.01)
 
 
 def test_config_validation():
@@ -94,4 +99,6 @@ def test_config_validation():
     with pytest.raises(ConfigError):
         get_paper("ether").make_config({"lr": 1})
     with pytest.raises(ConfigError):
-        et.parse_variant("ether_lr7")
+        et.Config(lrs=(1e-2, 1e-3, 1e-4))  # the grid must increase (grid_edge reads its ends)
+    with pytest.raises(ConfigError):
+        et.train(et.Config(), {}, "ether_lr7", 0, None)

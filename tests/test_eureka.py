@@ -43,7 +43,7 @@ def test_norm_softmax_sharpens_near_uniform_attention_at_small_init():
     eu.init_weights(attn, 0.02, torch.Generator().manual_seed(0))
     x = torch.nn.functional.layer_norm(torch.randn(2, 5, 32), (32,))
     ent = {}
-    for mode in eu.VARIANTS:
+    for mode in eu.MODES:
         attn.mode, attn.keep_attn = mode, True
         with torch.no_grad():
             attn(x)
@@ -94,6 +94,15 @@ def test_selection_accuracy_and_steps_to_learn():
     assert eu.steps_to_learn([[100, 0.5, 0], [200, 0.6, 0]], 0.8, 1000) == (1000.0, 0.0)
 
 
+def test_plateau_fraction_counts_classified_but_unselected_evaluations():
+    curve = [[100, 0.50, 20.0],  # targets not yet classified: not the plateau
+             [200, 0.52, 45.0], [300, 0.55, 48.0],  # hedging between the two targets: plateau
+             [400, 0.65, 60.0], [500, 0.95, 85.0]]  # leaving it / solved
+    assert eu.plateau_fraction(curve, 30.0, 0.6) == pytest.approx(2 / 5)
+    assert eu.plateau_fraction(curve, 30.0, 0.7) == pytest.approx(3 / 5)
+    assert eu.plateau_fraction([], 30.0, 0.6) == 0.0
+
+
 # ---------------------------------------------------------------------------------------------- spec run
 
 
@@ -107,7 +116,7 @@ def _synthetic_data(cfg):
 
 
 def test_tiny_spec_run_and_determinism():
-    cfg = eu.Config(cell=7, patch=7, n_fashion_train=30, n_test=16, n_curve=8, d_model=16, n_layer=1, n_head=2,
+    cfg = eu.Config(cell=7, patch=7, n_fashion_train=30, n_test=16, n_curve=8, d_model=16, n_layer=1, n_head=2, grad_steps=2,
                     steps=4, batch_size=8, warmup=1, eval_every=2, eval_batch=8)
     data = _synthetic_data(cfg)
     assert data["test"]["x"].shape == (16, 14, 14) and data["test"]["x"].dtype == torch.uint8
@@ -117,21 +126,55 @@ def test_tiny_spec_run_and_determinism():
         model = eu.train(cfg, data, variant, 0, lambda step, **kw: logged.append(kw))
         assert [c[0] for c in model["curve"]] == [2.0, 4.0]
         m = eu.evaluate(cfg, model, data)
-        assert set(m) >= {"acc", "sel_acc", "steps_to_learn", "learned"}
-        assert 0 <= m["acc"] <= 100 and m["learned"] in (0.0, 1.0)
+        assert set(m) >= {"acc", "sel_acc", "steps_to_learn", "learned", "plateau_frac"}
+        assert 0 <= m["acc"] <= 100 and m["learned"] in (0.0, 1.0) and 0 <= m["plateau_frac"] <= 1
         assert m["steps_to_learn"] in (2.0, 4.0)
+        levels = eu.SPEC.compress(cfg, model, data, variant, 0)
+        assert set(levels) == {"0.50", "0.80"}
+        for name, sp in (("0.50", 0.5), ("0.80", 0.8)):
+            state = levels[name]["state"]
+            mats = {k: v for k, v in state.items() if v.dim() >= 2 and k not in ("cls_token", "pos")}
+            zeros = sum(int((v == 0).sum()) for v in mats.values())
+            assert zeros >= int(sp * sum(v.numel() for v in mats.values()))
+            for k in ("cls_token", "pos", "blocks.0.attn.proj.bias"):
+                assert torch.equal(state[k], model["state"][k])  # not pruned
+            mc = eu.evaluate(cfg, levels[name], data)
+            assert mc["steps_to_learn"] == m["steps_to_learn"] and 0 <= mc["acc"] <= 100
     assert any("val/sel_acc" in kw for kw in logged)
     a = eu.train(cfg, data, "normsoftmax", 1, lambda step, **kw: None)
     b = eu.train(cfg, data, "normsoftmax", 1, lambda step, **kw: None)
     for k in a["state"]:
         torch.testing.assert_close(a["state"][k], b["state"][k])
-    assert eu.SPEC.compress is None
+    std = eu.train(eu.Config(**{**cfg.__dict__, "norm_gamma": "std"}), data, "normsoftmax", 1, None)
+    assert std["arch"]["mode"] == "normsoftmax_std" and a["arch"]["mode"] == "normsoftmax"
+    rows = eu.comparisons(cfg)
+    assert [r.role for r in rows].count("headline") == 1 and rows[0].metric == "steps_to_learn"
+    assert {g.variant for r in rows for g in r.gates} <= set(eu.VARIANTS)
     with pytest.raises(ValueError):
         eu.train(cfg, data, "bogus", 0, lambda step, **kw: None)
 
 
+def test_early_qk_gradient_norm_matches_a_hand_computed_first_step():
+    """With grad_steps = 1, qk_grad_early / v_grad_early are the norms of the first step's loss gradient w.r.t. the
+    W_Q/W_K (resp. W_V) rows of the qkv weights, recomputed here from the same init and batch."""
+    cfg = eu.Config(n_fashion_train=30, n_test=16, n_curve=8, d_model=16, n_layer=2, n_head=2, steps=2, grad_steps=1,
+                    batch_size=8, warmup=1, eval_every=2, eval_batch=8)
+    data = _synthetic_data(cfg)
+    model = eu.train(cfg, data, "normsoftmax", 3, None)
+    torch.manual_seed(3)
+    net = eu.build_model(model["arch"])
+    eu.init_weights(net, cfg.init_std, torch.Generator().manual_seed(1000 + 3))
+    b = eu.draw(data["train"], cfg.batch_size, torch.Generator().manual_seed(3))
+    torch.nn.functional.cross_entropy(net(eu._images(b["x"])), b["y"], label_smoothing=cfg.label_smoothing).backward()
+    grads = [blk.attn.qkv.weight.grad for blk in net.blocks]
+    qk = math.sqrt(sum(float(g[:32].pow(2).sum()) for g in grads))
+    v = math.sqrt(sum(float(g[32:].pow(2).sum()) for g in grads))
+    assert model["qk_grad_early"] == pytest.approx(qk, rel=1e-4) and model["v_grad_early"] == pytest.approx(v, rel=1e-4)
+
+
 @pytest.mark.parametrize("bad", [{"cell": 5}, {"patch": 4}, {"learned_threshold": 0.5}, {"n_curve": 5000},
-                                 {"d_model": 30, "n_head": 4}, {"eval_every": 0}])
+                                 {"d_model": 30, "n_head": 4}, {"eval_every": 0}, {"norm_gamma": "max"},
+                                 {"plateau_sel": 0.5}, {"sparsities": (0.5, 1.0)}, {"grad_steps": 0}])
 def test_config_validation(bad):
     with pytest.raises(ConfigError):
         eu.Config(**bad)

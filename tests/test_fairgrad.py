@@ -164,14 +164,35 @@ def test_delta_m_hand_example():
 def test_config_validation_and_comparisons():
     with pytest.raises(ConfigError, match="compare_level"):
         fg.Config(compare_level=0.8)
-    with pytest.raises(ConfigError, match="lr"):
-        fg.Config(lr=0)
+    with pytest.raises(ConfigError, match="lr_grid"):
+        fg.Config(lr_grid=(0.0, 1e-3))
+    with pytest.raises(ConfigError, match="lr_grid"):
+        fg.Config(lr_grid=(1e-2, 1e-3))  # ascending, so that ties go to the smaller lr
     cfg = fg.SPEC.make_config({"sparsities": [0.5, 0.9], "compare_level": 0.9})
     assert cfg.sparsities == (0.5, 0.9)
     rows = fg.comparisons(cfg)
-    assert [(r.baseline, r.column) for r in rows] == [
-        ("ls", "dense/delta_m"), ("mgda", "dense/delta_m"), ("pcgrad", "dense/delta_m"),
-        ("ls", "compressed@0.90/delta_m")]
+    assert [(r.baseline, r.column, r.role) for r in rows] == [
+        (fg.BEST, "dense/delta_m", "headline"), ("ls", "dense/delta_m", "secondary"), ("mgda", "dense/delta_m", "secondary"),
+        ("pcgrad", "dense/delta_m", "secondary"), ("ls", "compressed@0.90/delta_m", "control")]
+    assert {g.variant for g in rows[0].gates} == {"fairgrad", fg.BEST}
+
+
+def test_best_baseline_is_chosen_on_validation_delta_m():
+    # validation Delta-m% vs STL (90, 80): ls (-10%, 0%) -> 5.0; mgda (0%, -5%) -> 2.5; pcgrad (-20%, +10%) -> 5.0
+    val = {"stl_a": {"dense/val_acc_a": 90.0}, "stl_b": {"dense/val_acc_b": 80.0},
+           "ls": {"dense/val_acc_a": 81.0, "dense/val_acc_b": 80.0}, "mgda": {"dense/val_acc_a": 90.0, "dense/val_acc_b": 76.0},
+           "pcgrad": {"dense/val_acc_a": 72.0, "dense/val_acc_b": 88.0}}
+    rows = [{"variant": v, "seed": s, "dense/acc_a": 50.0 + s, "dense/acc_b": 60.0, **cols}
+            for s in (0, 1) for v, cols in val.items()]
+    assert fg.best_baseline(rows) == "mgda"
+    out = fg.derive(fg.Config(), rows)
+    best = [r for r in out if r["variant"] == fg.BEST]
+    assert [r["seed"] for r in best] == [0, 1] and all(r["dense/best_baseline"] == 1.0 for r in best)
+    mgda = {r["seed"]: r for r in out if r["variant"] == "mgda"}
+    assert all(r["dense/delta_m"] == mgda[r["seed"]]["dense/delta_m"] for r in best)  # test values of mgda, per seed
+    rows[4]["dense/val_acc_a"] = 94.5  # pcgrad now (-5%, +10%) -> -2.5: the best
+    assert fg.best_baseline(rows) == "pcgrad"
+    assert fg.best_baseline([r for r in rows if r["variant"] != "stl_b"]) is None
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -195,10 +216,17 @@ def _synthetic_resources(tmp_path):
 
 def test_end_to_end_through_spec(tmp_path):
     spec = fg.SPEC
-    cfg = spec.make_config({"n_train": 256, "n_test": 128, "mnist_test": 200, "steps": 4, "batch_size": 32,
+    cfg = spec.make_config({"n_train": 256, "n_test": 128, "mnist_test": 200, "n_val": 64, "fashion_val": 100, "mnist_val": 100,
+                            "lr_grid": [1e-3, 3e-3, 1e-2], "tune_steps": 3, "steps": 4, "batch_size": 32,
                             "channels": [4, 8], "hidden": 16, "sparsities": [0.5, 0.9], "compare_level": 0.5})
     data = spec.prepare(cfg, _synthetic_resources(tmp_path))
     assert data["x_train"].shape == (256, 28, 28) and data["x_train"].dtype == torch.uint8
+    assert data["x_val"].shape == (cfg.n_val, 28, 28)
+    for variant, rec in data["tuning"].items():  # every variant tuned on the same grid, best validation score kept
+        scores = [rec[f"val_score@{i}"] for i in range(len(cfg.lr_grid))]
+        assert rec["tuned_lr"] == cfg.lr_grid[int(rec["tuned_lr_index"])]
+        assert scores[int(rec["tuned_lr_index"])] == max(scores) and scores.index(max(scores)) == rec["tuned_lr_index"]
+        assert rec["grid_edge"] == (1.0 if rec["tuned_lr_index"] in (0, len(cfg.lr_grid) - 1) else 0.0)
     rows, logged = [], []
     for variant in spec.variants:
         torch.manual_seed(0)
@@ -212,8 +240,10 @@ def test_end_to_end_through_spec(tmp_path):
         rows.append(row)
     assert set(rows[0]) >= {"dense/acc_a", "dense/acc_b", "compressed@0.90/acc_b"}
     assert "dense/acc_b" not in rows[spec.variants.index("stl_a")]
+    assert rows[0]["dense/tuned_lr"] == data["tuning"][spec.variants[0]]["tuned_lr"]
     assert any("train/grad_norm_shared" in m for m in logged)
     out = spec.derive(cfg, rows)
+    assert sum(r["variant"] == fg.BEST for r in out) == 1
     for r in out:
         if r["variant"] in fg.MTL_VARIANTS:
             assert all(math.isfinite(r[f"{s}/delta_m"]) for s in ("dense", "compressed@0.50", "compressed@0.90"))

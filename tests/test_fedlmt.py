@@ -1,6 +1,6 @@
-"""FedLMT (ICML 2024): factorized layers, SVD factors, FedAvg / HeteroFL aggregation, the communication ledger,
-the Dirichlet non-iid split, pFedLMT's common/custom split, and a tiny prepare -> train -> compress -> evaluate
-run on synthetic images through the spec."""
+"""FedLMT (ICML 2024): the factorized model's parameter counts and SVD re-factorization, HeteroFL client widths,
+the width-matched control, pFedLMT's common/custom split, per-seed partitions, lr tuning on validation, the
+communication ledger, and a tiny prepare -> train -> compress -> evaluate run on synthetic images through the spec."""
 from __future__ import annotations
 
 import math
@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from paperflow.federated import numel, sub_state
 from paperflow.papers import fedlmt as P
 from paperflow.spec import ConfigError, Resources
 
@@ -19,46 +20,9 @@ def _g(seed=0):
     return torch.Generator().manual_seed(seed)
 
 
-# ---------------------------------------------------------------------------------------------- layers
-
-
-def test_lowrank_linear_has_r_times_m_plus_n_weights_and_is_u_at_v():
-    m_out, n_in, r = 7, 11, 3
-    layer = P.LowRankLinear(n_in, m_out, r)
-    assert layer.u.weight.numel() + layer.v.weight.numel() == r * (m_out + n_in)
-    assert sum(p.numel() for p in layer.parameters()) == r * (m_out + n_in) + m_out  # + the output bias
-    x = torch.randn(5, n_in, generator=_g())
-    W = layer.u.weight @ layer.v.weight  # (m, n) = U V
-    torch.testing.assert_close(layer(x), x @ W.T + layer.u.bias)
-    assert torch.linalg.matrix_rank(W.detach()) == r
-
-
-@pytest.mark.parametrize("stride", [1, 2])
-def test_lowrank_conv_is_the_conv_of_u_at_v(stride):
-    c_in, c_out, r = 4, 6, 2
-    layer = P.LowRankConv(c_in, c_out, r, stride=stride)
-    # matrix view (3 out) x (3 in): r * (m + n) weights
-    assert layer.u.weight.numel() + layer.v.weight.numel() == r * (3 * c_out + 3 * c_in)
-    x = torch.randn(2, c_in, 9, 9, generator=_g(1))
-    W = P.conv_from_factors(layer.u.weight, layer.v.weight)  # (out, in, 3, 3)
-    assert W.shape == (c_out, c_in, 3, 3)
-    torch.testing.assert_close(layer(x), F.conv2d(x, W, layer.u.bias, stride=stride, padding=1), rtol=1e-5, atol=1e-5)
-    assert torch.linalg.matrix_rank(P.conv_matrix(W).detach()) == r
-
-
-def test_svd_factors_are_exact_for_low_rank_and_optimal_truncation():
-    g = _g(2)
-    W = torch.randn(6, 2, generator=g) @ torch.randn(2, 5, generator=g)  # rank 2
-    A, B = P._svd_factors(W, 2)
-    torch.testing.assert_close(A @ B, W, rtol=1e-5, atol=1e-5)
-    kernel = torch.randn(5, 3, 3, 3, generator=g)
-    u_w, v_w = P.factors_of_conv(kernel, 2)
-    approx = P.conv_matrix(P.conv_from_factors(u_w, v_w))
-    S = torch.linalg.svdvals(P.conv_matrix(kernel))
-    # Eckart-Young: the error of the best rank-2 approximation is sqrt(sum of the dropped s_i^2)
-    assert float(torch.linalg.norm(P.conv_matrix(kernel) - approx)) == pytest.approx(float(S[2:].pow(2).sum().sqrt()), rel=1e-4)
-    u_pad, v_pad = P.factors_of_conv(kernel, 12)  # rank > min(15, 9): zero-padded, exact
-    torch.testing.assert_close(P.conv_from_factors(u_pad, v_pad), kernel, rtol=1e-4, atol=1e-5)
+# ---------------------------------------------------------------------------------------------- model
+# (the factorized layers, SVD truncation, FedAvg / HeteroFL averaging and the Dirichlet split are shared:
+#  tests/test_lowrank.py and tests/test_federated.py)
 
 
 def test_model_param_counts_and_factorize_state_roundtrip():
@@ -81,36 +45,7 @@ def test_model_param_counts_and_factorize_state_roundtrip():
     assert set(spectral.state_dict()) == set(net.state_dict())
 
 
-# ---------------------------------------------------------------------------------------------- aggregation
-
-
-def test_fedavg_of_identical_models_is_the_model_and_weights_by_size():
-    torch.manual_seed(0)
-    s = P.init_model(P.make_arch(P.Config(), 0.25, 0)).state_dict()
-    avg = P.fedavg([s, OrderedDict((k, v.clone()) for k, v in s.items()), s], [10, 3, 7])
-    for k in s:
-        torch.testing.assert_close(avg[k], s[k])
-    a = {"w": torch.tensor([1.0, 2.0])}
-    b = {"w": torch.tensor([4.0, 8.0])}
-    torch.testing.assert_close(P.fedavg([a, b], [1, 2])["w"], torch.tensor([3.0, 6.0]))  # (1*a + 2*b) / 3
-
-
-def test_heterofl_aggregation_hand_case():
-    g = {"w": torch.zeros(3, 4), "b": torch.full((3,), 9.0)}
-    # client A holds the 1x2 / 1 corner, client B the 2x3 / 2 corner, nobody holds row 2 or column 3
-    A = {"w": torch.full((1, 2), 2.0), "b": torch.tensor([1.0])}
-    Bc = {"w": torch.full((2, 3), 6.0), "b": torch.tensor([3.0, 5.0])}
-    out = P.heterofl_aggregate(g, [A, Bc], [1.0, 1.0])
-    expected_w = torch.tensor([[4.0, 4.0, 6.0, 0.0],  # (2 + 6) / 2 where both hold, 6 where only B
-                               [6.0, 6.0, 6.0, 0.0],
-                               [0.0, 0.0, 0.0, 0.0]])  # held by nobody: unchanged
-    torch.testing.assert_close(out["w"], expected_w)
-    torch.testing.assert_close(out["b"], torch.tensor([2.0, 5.0, 9.0]))
-    weighted = P.heterofl_aggregate(g, [A, Bc], [3.0, 1.0])  # train-size weights: (3*2 + 1*6) / 4 = 3
-    assert float(weighted["w"][0, 0]) == pytest.approx(3.0) and float(weighted["w"][1, 0]) == pytest.approx(6.0)
-    # the sub-model is the leading slice
-    sub = P.sub_state(out, {"w": (2, 3), "b": (2,)})
-    torch.testing.assert_close(sub["w"], expected_w[:2, :3])
+# ---------------------------------------------------------------------------------------------- clients
 
 
 def test_heterofl_full_width_submodel_is_the_model_and_matched_width():
@@ -118,13 +53,30 @@ def test_heterofl_full_width_submodel_is_the_model_and_matched_width():
     torch.manual_seed(0)
     full = P.init_model(P.make_arch(cfg)).state_dict()
     shapes = {k: tuple(v.shape) for k, v in full.items()}
-    assert all(torch.equal(P.sub_state(full, shapes)[k], full[k]) for k in full)
+    assert all(torch.equal(sub_state(full, shapes)[k], full[k]) for k in full)
     target = P.count_params(P.Net(P.make_arch(cfg, cfg.rank_ratio, 0)))
     rate = P.matched_width(cfg, target)
     n = P.count_params(P.Net(P.make_arch(cfg, width=rate)))
     assert 0 < rate < 1 and abs(n - target) / target < 0.1
     half = P.make_arch(cfg, width=0.5)
     assert half["channels"] == [math.ceil(0.5 * c) for c in cfg.channels] and half["ranks"] == [0, 0, 0]
+    narrow = P.client_archs(cfg, "fedavg_narrow")
+    assert len(narrow) == cfg.num_clients and narrow[0] == P.make_arch(cfg, width=rate)
+
+
+def test_heterofl_clients_get_the_capacity_levels_round_robin_and_nest_in_the_global_model():
+    cfg = P.Config()
+    archs = P.client_archs(cfg, "heterofl")
+    assert [a["hidden"] for a in archs[:5]] == [128, 64, 32, 16, 128]  # levels 1, 1/2, 1/4, 1/8, then again
+    assert all(a["ranks"] == [0, 0, 0] for a in archs)
+    glob = {k: tuple(v.shape) for k, v in P.Net(P.server_arch(cfg, "heterofl", archs)).state_dict().items()}
+    for a in archs[:4]:  # every client tensor is a leading slice of the global one
+        for k, shape in P.Net(a).state_dict().items():
+            assert all(n <= g for n, g in zip(shape.shape, glob[k]))
+    # the budget: mean client size of the levels is within 15% of FedLMT's model (fact rows report both)
+    mean_hetero = np.mean([P.count_params(P.Net(a)) for a in archs])
+    fedlmt = P.count_params(P.Net(P.make_arch(cfg, cfg.rank_ratio, 0)))
+    assert abs(mean_hetero - fedlmt) / fedlmt < 0.15
 
 
 def test_pfed_common_custom_split_and_phases():
@@ -138,35 +90,14 @@ def test_pfed_common_custom_split_and_phases():
     assert phases[0] == (["body.2.", "tail."], 4) and phases[1] == (["head.", "body.0.", "body.1."], 3)
 
 
-# ---------------------------------------------------------------------------------------------- data
-
-
-def test_dirichlet_split_partitions_without_overlap_and_test_follows_train():
-    rng = np.random.RandomState(0)
-    labels = np.repeat(np.arange(10), 60)
-    parts, props = P.dirichlet_split(labels, 6, 0.5, rng, min_size=10)
-    allidx = np.concatenate(parts)
-    assert sorted(allidx.tolist()) == list(range(len(labels)))  # a partition: every index exactly once
-    assert all(len(p) >= 10 for p in parts)
-    tlabels = np.repeat(np.arange(10), 20)
-    tparts, _ = P.dirichlet_split(tlabels, 6, 0.5, np.random.RandomState(1), proportions=props)
-    assert sorted(np.concatenate(tparts).tolist()) == list(range(len(tlabels)))
-    # tiny alpha: each client holds only a few classes, and its test split only classes of its own
-    parts, props = P.dirichlet_split(labels, 5, 0.01, np.random.RandomState(3), min_size=1)
-    tparts, _ = P.dirichlet_split(tlabels, 5, 0.01, np.random.RandomState(4), proportions=props)
-    for p, tp in zip(parts, tparts):
-        classes = set(labels[p].tolist())
-        assert len(classes) <= 5
-        assert set(tlabels[tp].tolist()) <= classes
-    a, _ = P.dirichlet_split(labels, 6, 0.5, np.random.RandomState(0))
-    b, _ = P.dirichlet_split(labels, 6, 0.5, np.random.RandomState(0))
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
-
-
 # ---------------------------------------------------------------------------------------------- config
 
 
 def test_config_validation_and_comparisons():
+    with pytest.raises(ConfigError, match="lrs"):
+        P.Config(lrs=(0.1, 0.05))
+    with pytest.raises(ConfigError, match="min_lr"):
+        P.Config(lrs=(1e-5, 1e-3))
     with pytest.raises(ConfigError, match="clients_per_round"):
         P.Config(num_clients=4, clients_per_round=5)
     with pytest.raises(ConfigError, match="rank_ratio"):
@@ -182,6 +113,11 @@ def test_config_validation_and_comparisons():
     assert ("fedlmt", "heterofl", "dense/acc", "better") in cols
     assert ("pfedlmt", "fedlmt", "dense/personal_acc", "better") in cols
     assert ("fedlmt", "fedavg", "compressed@svd0.25/acc", "better") in cols
+    rows = P.comparisons(P.Config())
+    head = [r for r in rows if r.role == "headline"]
+    assert len(head) == 1 and (head[0].method, head[0].baseline) == ("fedlmt", "heterofl")
+    assert all(r.role == "fact" for r in rows if r.metric in ("comm_params", "client_flops"))
+    assert {g.variant for g in head[0].gates} == {"fedlmt", "heterofl"} and all(g.metric == "grid_edge" for g in head[0].gates)
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -201,33 +137,38 @@ def _synthetic_resources(tmp_path):
     return Resources(root=str(tmp_path), paths={"fashion_mnist": str(tmp_path / "fashion.npz")})
 
 
-TINY = {"n_train": 240, "n_test": 120, "num_clients": 4, "clients_per_round": 2, "rounds": 2, "batch_size": 32,
-        "channels": [4, 8, 8], "hidden": 16, "eval_every": 1, "eval_subset": 50, "pfed_global_eval": 50,
-        "min_client_size": 5}
+TINY = {"n_train": 240, "n_val": 80, "n_test": 120, "num_clients": 4, "clients_per_round": 2, "rounds": 2, "batch_size": 32,
+        "channels": [4, 8, 8], "hidden": 16, "eval_every": 1, "pfed_global_eval": 50, "min_client_size": 5,
+        "lrs": [0.05], "min_lr": 0.001}
 
 
 def test_end_to_end_through_spec_and_communication_ledger(tmp_path):
     spec = P.SPEC
     cfg = spec.make_config(TINY)
     data = spec.prepare(cfg, _synthetic_resources(tmp_path))
-    assert data["x_train"].dtype == torch.uint8 and data["x_train"].shape == (240, 28, 28)
-    assert sorted(torch.cat(data["client_train"]).tolist()) == list(range(240))
-    assert sorted(torch.cat(data["client_test"]).tolist()) == list(range(120))
+    assert data["x_train"].dtype == torch.uint8 and data["x_train"].shape == (240, 28, 28) and data["x_val"].shape[0] == 80
+    tr, va, te = P.client_parts(cfg, data, 0)
+    assert sorted(torch.cat(tr).tolist()) == list(range(240)) and sorted(torch.cat(te).tolist()) == list(range(120))
+    assert sorted(torch.cat(va).tolist()) == list(range(80))
+    assert not all(torch.equal(a, b) for a, b in zip(tr, P.client_parts(cfg, data, 1)[0]))  # partitions vary with the seed
     rows = {}
     for variant in spec.variants:
         logged = []
         model = spec.train(cfg, data, variant, 0, lambda step, **m: logged.append((step, m)))
-        assert [s for s, m in logged if "val/acc" in m] == [0, 1]
+        if variant != "pfedlmt":
+            assert [s for s, m in logged if "lr0/val/acc" in m] == [0, 1]
         metrics = spec.evaluate(cfg, model, data)
         assert set(metrics) >= {"acc", "personal_acc", "comm_params", "client_flops", "params"}
         assert all(math.isfinite(v) for v in metrics.values())
         rows[variant] = metrics
+        assert metrics["tuned_lr"] == 0.05 and metrics["grid_edge"] == 1.0  # a one-value grid has no inside
         # the ledger on a hand case: rounds x clients_per_round x (download + upload) of what crosses the network
-        per_client = {"fedavg": P.count_params(P.Net(P.make_arch(cfg))),
-                      "fedlmt": P.count_params(P.Net(P.make_arch(cfg, cfg.rank_ratio, 0))),
-                      "heterofl": P.count_params(P.Net(model["client_archs"][0])),
-                      "pfedlmt": P.numel({k: v for k, v in model.get("common", {}).items()})}[variant]
-        assert metrics["comm_params"] == 2 * 2 * 2 * per_client
+        sizes = [P.count_params(P.Net(a)) for a in model["client_archs"]]
+        if variant == "heterofl":  # heterogeneous clients: between the smallest and the largest
+            assert 2 * 2 * 2 * min(sizes) <= metrics["comm_params"] <= 2 * 2 * 2 * max(sizes) and min(sizes) < max(sizes)
+        else:
+            per_client = numel(model["common"]) if variant == "pfedlmt" else sizes[0]
+            assert metrics["comm_params"] == 2 * 2 * 2 * per_client
         levels = spec.compress(cfg, model, data, variant, 0) or {}
         assert (variant in ("fedavg", "fedlmt")) == bool(levels)
         for comp in levels.values():
@@ -244,3 +185,15 @@ def test_end_to_end_through_spec_and_communication_ledger(tmp_path):
     # deterministic given the seed
     m2 = spec.train(cfg, data, "pfedlmt", 0, lambda step, **m: None)
     assert all(torch.equal(m1["common"][k], m2["common"][k]) for k in m1["common"])
+
+
+def test_lr_is_tuned_on_validation_and_a_diverging_lr_is_never_chosen(tmp_path):
+    cfg = P.SPEC.make_config({**TINY, "lrs": [0.02, 0.05, 1e4]})
+    data = P.SPEC.prepare(cfg, _synthetic_resources(tmp_path))
+    model = P.SPEC.train(cfg, data, "fedlmt", 0, lambda step, **m: None)
+    info = model["tuning"]
+    scores = [info[f"val_score@{i}"] for i in range(3)]
+    assert math.isnan(scores[2])  # lr 1e4 diverges (non-finite loss) and scores nan
+    best = int(np.nanargmax(scores[:2]))
+    assert model["lr"] == info["tuned_lr"] == cfg.lrs[best] and info["grid_edge"] == (1.0 if best == 0 else 0.0)
+    assert P.val_score(cfg, model, data) == pytest.approx(scores[best])

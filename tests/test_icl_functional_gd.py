@@ -20,16 +20,16 @@ def _prompt(n=6, d=3, b=4, seed=0):
 
 
 def _hand_set(net: P.KernelAttentionTransformer, etas):
-    """Proposition 3.1: B = C = [[I_d, 0], [0, 0]] (x only), V = [[0, 0], [0, -eta_l]]."""
+    """Proposition 3.1: B = C = [[I_d, 0], [0, 0]] (x only), V = [[0, 0], [0, -eta_l]] (every member)."""
     d = net.d
     with torch.no_grad():
         if net.param == "full":
             net.B.zero_(); net.C.zero_(); net.V.zero_()
-            net.B[:, :d, :d] = torch.eye(d); net.C[:, :d, :d] = torch.eye(d)
-            net.V[:, d, d] = -torch.as_tensor(etas)
+            net.B[..., :d, :d] = torch.eye(d); net.C[..., :d, :d] = torch.eye(d)
+            net.V[..., d, d] = -torch.as_tensor(etas)
         else:
-            net.B.copy_(torch.eye(d).repeat(net.n_layer, 1, 1)); net.C.copy_(net.B)
-            net.V.copy_(-torch.as_tensor(etas))
+            net.B.copy_(torch.eye(d).expand_as(net.B)); net.C.copy_(net.B)
+            net.V.copy_(-torch.as_tensor(etas).expand_as(net.V))
 
 
 @pytest.mark.parametrize("param", ["full", "sparse"])
@@ -39,7 +39,7 @@ def test_one_hand_set_layer_is_one_functional_gd_step(act, param):
     n, d, eta = x.shape[1] - 1, x.shape[2], 0.7
     net = P.KernelAttentionTransformer(d, 1, act, param, 0.0)
     _hand_set(net, [eta])
-    z1 = net.layer(P.to_tokens(x, y), 0)
+    z1 = net.layer(P.to_tokens(x, y)[None], 0)[0]
     # f_1(x_j) = eta (1/n) sum_i y_i K(x_i, x_j), written out by hand (softmax: normalised over the n keys)
     k = torch.empty(x.shape[0], n, n + 1)
     for b in range(x.shape[0]):
@@ -56,7 +56,7 @@ def test_one_hand_set_layer_is_one_functional_gd_step(act, param):
     etas = [0.3, 0.9, 1.4]
     net3 = P.KernelAttentionTransformer(d, 3, act, param, 0.0)
     _hand_set(net3, etas)
-    assert torch.allclose(net3(P.to_tokens(x, y)), P.functional_gd(act, x, y, torch.tensor(etas)), atol=1e-5)
+    assert torch.allclose(net3(P.to_tokens(x, y))[0], P.functional_gd(act, x, y, torch.tensor(etas)), atol=1e-5)
 
 
 def test_functional_gd_many_steps_converges_to_kernel_interpolation():
@@ -88,20 +88,63 @@ def test_psd_clip_and_sampler():
     assert abs(float((y[:, 0] ** 2).mean()) - 1.0) < 0.08
 
 
+@pytest.mark.parametrize("param", ["full", "sparse"])
+def test_stacked_members_equal_separate_models_and_train_independently(param):
+    """The four activations as members of one batched model: forward = each one-activation model's forward, and
+    one MemberClipAdam step = one Adam step of each model alone with its own clip_grad_norm_ (clipping active)."""
+    x, y = _prompt(n=7, b=8, seed=5)
+    z, gen = P.to_tokens(x, y), torch.Generator().manual_seed(3)
+    stacked = P.KernelAttentionTransformer(3, 2, P.ACTS, param, 0.3, 0.5, gen)
+    assert torch.equal(stacked.B[0], stacked.B[3])  # the same initial matrices for every activation
+    singles = []
+    for k, act in enumerate(P.ACTS):
+        net = P.KernelAttentionTransformer(3, 2, act, param, 0.0)
+        net.load_state_dict(stacked.member(k))
+        singles.append(net)
+        assert torch.allclose(net(z)[0], stacked(z)[k], atol=1e-6)
+    opt = P.MemberClipAdam(stacked.parameters(), lr=0.05, clip_norm=1e-3)
+    opt.zero_grad()
+    ((stacked(z) - y[:, -1]) ** 2).mean(1).sum().backward()
+    opt.step()
+    for k, net in enumerate(singles):
+        o = torch.optim.Adam(net.parameters(), lr=0.05)
+        ((net(z)[0] - y[:, -1]) ** 2).mean().backward()
+        assert float(torch.nn.utils.clip_grad_norm_(list(net.parameters()), 1e-3)) > 1e-3  # the clip is active
+        o.step()
+        for name, p in net.named_parameters():
+            assert torch.allclose(p, stacked.member(k)[name], atol=1e-6), (k, name)
+
+
 def test_variants_config_and_comparisons():
-    assert P.parse_variant("relu_on_exp") == ("relu", "exp")
-    assert P.parse_variant("fgd_on_relu") == ("fgd", "relu")
+    assert P.parse_variant("on_exp") == "exp"
     with pytest.raises(ConfigError):
-        P.parse_variant("gelu_on_relu")
-    for bad in (dict(classes=("rbf",)), dict(classes=("linear",)), dict(n_min=10, n_max=5), dict(attn_param="dense"), dict(eval_ns=()),
-                dict(noise=-1.0), dict(n_layer=0)):
+        P.parse_variant("on_gelu")
+    for bad in (dict(n_min=10, n_max=5), dict(attn_param="dense"), dict(eval_ns=()), dict(noise=-1.0), dict(n_layer=0),
+                dict(bc_std=0.0), dict(sparsities=(1.0,))):
         with pytest.raises(ConfigError):
             P.Config(**bad)
     cfg = P.Config()
     assert cfg.eval_ns == tuple(cfg.eval_ns) and isinstance(P.Config(eval_ns=[4, 8]).eval_ns, tuple)
     rows = P.comparisons(cfg)
-    assert {r.method for r in rows} == {"relu_on_relu", "exp_on_exp"}
-    assert all(r.baseline in P.VARIANTS and r.method in P.VARIANTS for r in rows)
+    assert [r.role for r in rows].count("headline") == 1 and rows[0].method == "on|matched"
+    views = {f"{v}|{m}" for v in P.VARIANTS for m in P.MODELS} | {"on|matched", "on|swapped", "on|linear", "on|softmax",
+                                                                    "on|fgd"}
+    assert all(r.method in views and (r.baseline in views or r.role == "fact") for r in rows)
+
+
+def test_derive_views_average_the_two_classes():
+    rows = []
+    for cls, base in (("relu", 1.0), ("exp", 10.0)):
+        m = {f"dense/{a}.rel_err": base + k for k, a in enumerate(P.MODELS)}
+        m.update({f"compressed@0.50/{a}.rel_err": 2 * base + k for k, a in enumerate(P.MODELS)})
+        rows.append({"paper": "icl_functional_gd", "variant": f"on_{cls}", "seed": 0, **m})
+    out = {r["variant"]: r for r in P.derive(P.Config(), rows)}
+    k = {a: i for i, a in enumerate(P.MODELS)}
+    assert out["on_exp|softmax"]["dense/rel_err"] == 10.0 + k["softmax"]
+    # matched: relu on K_relu (1 + k_relu), exp on K_exp (10 + k_exp); swapped: the other way round
+    assert out["on|matched"]["dense/rel_err"] == pytest.approx((1 + k["relu"] + 10 + k["exp"]) / 2)
+    assert out["on|swapped"]["dense/rel_err"] == pytest.approx((1 + k["exp"] + 10 + k["relu"]) / 2)
+    assert out["on|matched"]["compressed@0.50/rel_err"] == pytest.approx((2 + k["relu"] + 20 + k["exp"]) / 2)
 
 
 def test_end_to_end_through_spec():
@@ -109,18 +152,26 @@ def test_end_to_end_through_spec():
                    batch_size=4, warmup=0, log_every=1)
     data = P.SPEC.prepare(cfg, None)
     logged = []
-    for variant in ("exp_on_exp", "linear_on_relu", "fgd_on_relu"):
+    for variant in P.VARIANTS:
         model = P.SPEC.train(cfg, data, variant, 0, lambda step, **m: logged.append(m))
         model = torch.load(_roundtrip(model), weights_only=True)
         m = P.SPEC.evaluate(cfg, model, data)
-        for key in ("icl_err", "err@4", "err@8", "bayes_err", "fgd_gap", "fgd_eta_3"):
+        for key in ("exp.icl_err", "relu.err@4", "linear.err@8", "bayes_err", "softmax.fgd_gap", "fgd.rel_err"):
             assert math.isfinite(m[key]), (variant, key)
-    assert logged and all("train/loss" in m for m in logged)
-    assert P.SPEC.compress is None
+        levels = P.SPEC.compress(cfg, model, data, variant, 0)
+        assert set(levels) == {"0.50", "0.80"}
+        for lv, frac in (("0.50", 0.5), ("0.80", 0.8)):
+            st = levels[lv]["states"]["relu"]
+            zeros = sum(int((st[k] == 0).sum()) for k in ("B", "C"))
+            assert zeros == int(frac * (st["B"].numel() + st["C"].numel()))  # global magnitude pruning of B, C
+            assert torch.equal(st["V"], model["states"]["relu"]["V"])
+            mc = P.SPEC.evaluate(cfg, levels[lv], data)
+            assert math.isfinite(mc["relu.icl_err"]) and "relu.fgd_gap" not in mc
+    assert logged and any("train/loss_relu" in m for m in logged) and any("train/loss_fgd" in m for m in logged)
     # determinism given the seed
-    a = P.SPEC.train(cfg, data, "relu_on_relu", 1, lambda *a, **k: None)
-    b = P.SPEC.train(cfg, data, "relu_on_relu", 1, lambda *a, **k: None)
-    assert all(torch.equal(a["state"][k], b["state"][k]) for k in a["state"])
+    a = P.SPEC.train(cfg, data, "on_relu", 1, lambda *a, **k: None)
+    b = P.SPEC.train(cfg, data, "on_relu", 1, lambda *a, **k: None)
+    assert all(torch.equal(a["states"]["exp"][k], b["states"]["exp"][k]) for k in a["states"]["exp"])
 
 
 def _roundtrip(obj):

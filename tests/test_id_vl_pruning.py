@@ -1,6 +1,6 @@
-"""ID-guided VL pruning (ICML 2024): TwoNN on data of known intrinsic dimension, the PLATON schedule,
-exact per-modality sparsity of every criterion, and a tiny prepare -> train -> compress -> evaluate ->
-derive run on synthetic images through the spec."""
+"""ID-guided VL pruning (ICML 2024): the PLATON schedule, exact sparsity of every criterion, equal absolute
+counts for the single-tower levels, and a tiny prepare -> train -> compress -> evaluate -> derive run on
+synthetic images through the spec (the TwoNN estimator is tested in tests/test_twonn.py)."""
 from __future__ import annotations
 
 import math
@@ -13,41 +13,14 @@ from paperflow.papers import id_vl_pruning as P
 from paperflow.spec import ConfigError, Resources
 
 
-def test_twonn_recovers_linear_subspace_dimension():
-    gen = torch.Generator().manual_seed(0)
-    basis, _ = torch.linalg.qr(torch.randn(50, 5, generator=gen, dtype=torch.float64))  # 5-dim subspace of R^50
-    x = torch.randn(2000, 5, generator=gen, dtype=torch.float64) @ basis.T
-    d = P.twonn_id(x, blocks=20, seed=0)
-    assert abs(d - 5.0) < 0.75, d  # mean over n..n/20 subsamples (small subsets bias TwoNN slightly low)
-
-
-def test_twonn_fit_is_slope_through_origin_without_two_largest_ratios():
-    # 1-D points: r2/r1 known in closed form; the fit must use all but the two largest sorted ratios
-    pts = np.array([0.0, 1.0, 3.0, 7.0, 15.0, 31.0, 40.0])
-    dist = np.abs(pts[:, None] - pts[None, :])
-    Y = np.sort(dist, axis=1)
-    mu = np.sort(Y[:, 2] / Y[:, 1])
-    n = mu.size
-    x, y = np.log(mu[:-2]), -np.log(1 - np.arange(1, n + 1)[:-2] / n)
-    assert P.twonn_fit(dist) == pytest.approx(float(x @ y / (x @ x)))
-
-
-def test_twonn_drops_duplicates_and_handles_tiny_sets():
-    x = torch.randn(300, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    x = torch.cat([x, x[:20]])  # duplicates: r1 = 0, dropped
-    assert 2.0 < P.twonn_id(x, blocks=5) < 4.0
-    assert math.isnan(P.twonn_fit(np.abs(np.arange(3.0)[:, None] - np.arange(3.0)[None, :])))
-
-
 def test_platon_schedule_cubic():
-    cfg = P.Config(ft_steps=40, ft_warmup=10, ft_final=10)
-    assert P.remaining_ratio(10, cfg, 0.7) == (1.0, False)
-    assert P.remaining_ratio(31, cfg, 0.7) == (pytest.approx(0.3), True)
-    r, _ = P.remaining_ratio(20, cfg, 0.7)
+    assert P.remaining_ratio(10, 0.7, 40, 10, 10) == (1.0, False)
+    assert P.remaining_ratio(31, 0.7, 40, 10, 10) == (pytest.approx(0.3), True)
+    r, _ = P.remaining_ratio(20, 0.7, 40, 10, 10)
     assert r == pytest.approx(0.3 + 0.7 * (1 - 10 / 20) ** 3)
 
 
-@pytest.mark.parametrize("variant", P.VARIANTS)
+@pytest.mark.parametrize("variant", P.CRITERIA)
 def test_criterion_masks_hit_target(variant):
     gen = torch.Generator().manual_seed(0)
     params = {"a": torch.randn(8, 16, generator=gen), "b": torch.randn(32, 8, generator=gen)}
@@ -74,6 +47,14 @@ def _synthetic_res(tmp_path):
     return Resources(root=str(tmp_path), paths={"fashion_mnist": str(tmp_path / "fm.npz")})
 
 
+def test_equal_count_sparsities_remove_the_same_number_of_weights():
+    state = {"vision.blocks.0.ffn.fc1.weight": torch.zeros(30, 10), "text.blocks.0.ffn.fc1.weight": torch.zeros(10, 10),
+             "vision.head.weight": torch.zeros(5, 5)}  # not prunable (not in PRUNED)
+    s = P.equal_count_sparsities(state, 0.8)
+    assert s["text"] == pytest.approx(0.8) and s["vision"] == pytest.approx(0.8 * 100 / 300)
+    assert s["vision"] * 300 == pytest.approx(s["text"] * 100)
+
+
 def test_pipeline_through_spec_hits_sparsity_per_modality(tmp_path):
     torch.set_num_threads(1)
     cfg = P.SPEC.make_config(dict(n_train=200, n_test=60, n_calib=40, n_calib_text=40, id_blocks=4, steps=3,
@@ -82,33 +63,40 @@ def test_pipeline_through_spec_hits_sparsity_per_modality(tmp_path):
                                   ft_warmup=1, ft_final=1, eval_batch=32, log_every=1))
     data = P.SPEC.prepare(cfg, _synthetic_res(tmp_path))
     assert data["x_train"].dtype == torch.uint8
-    rows = []
-    for variant in P.SPEC.variants:
-        logs = []
-        model = P.SPEC.train(cfg, data, variant, 0, lambda step, **m: logs.append(m))
-        assert logs and all(math.isfinite(m["train/loss"]) for m in logs)
-        dense = P.SPEC.evaluate(cfg, model, data)
-        assert 0 <= dense["acc"] <= 100 and dense["sparsity_v"] == 0 and dense["sparsity_t"] == 0
-        comp = P.SPEC.compress(cfg, model, data, variant, 0)
-        assert set(comp) == {"0.50", "v0.50", "t0.50"}
-        m = {lv: P.SPEC.evaluate(cfg, c, data) for lv, c in comp.items()}
-        assert m["v0.50"]["sparsity_v"] == pytest.approx(0.5, abs=1e-3) and m["v0.50"]["sparsity_t"] == 0
-        assert m["t0.50"]["sparsity_t"] == pytest.approx(0.5, abs=1e-3) and m["t0.50"]["sparsity_v"] == 0
-        # joint: 50% over both towers' prunable matrices together
-        st = comp["0.50"]["state"]
+    assert P.SPEC.variants == ("dual",)
+    with pytest.raises(ValueError):
+        P.SPEC.train(cfg, data, "id_weighted", 0, None)
+    logs = []
+    model = P.SPEC.train(cfg, data, "dual", 0, lambda step, **m: logs.append(m))
+    assert logs and all(math.isfinite(m["train/loss"]) for m in logs)
+    dense = P.SPEC.evaluate(cfg, model, data)
+    assert 0 <= dense["acc"] <= 100 and dense["sparsity_v"] == 0 and dense["sparsity_t"] == 0
+    comp = P.SPEC.compress(cfg, model, data, "dual", 0)
+    assert set(comp) == {f"{c}_0.50" for c in P.CRITERIA} | {"vision_equal", "text_equal"}
+    m = {lv: P.SPEC.evaluate(cfg, c, data) for lv, c in comp.items()}
+    for crit in P.CRITERIA:  # joint: 50% over both towers' prunable matrices together
+        st = comp[f"{crit}_0.50"]["state"]
         w = P.prunable_weights(st, include=P.PRUNED)
         assert sum(int((t == 0).sum()) for t in w.values()) == pytest.approx(0.5 * sum(t.numel() for t in w.values()), abs=2)
-        assert m["0.50"]["nonzero_params"] < dense["nonzero_params"]
-        row = {"paper": "id_vl_pruning", "variant": variant, "seed": 0, **{f"dense/{k}": v for k, v in dense.items()}}
-        for lv, mm in m.items():
-            row.update({f"compressed@{lv}/{k}": v for k, v in mm.items()})
-        rows.append(row)
+        assert m[f"{crit}_0.50"]["nonzero_params"] < dense["nonzero_params"]
+        assert m[f"{crit}_0.50"]["sparsity_gap"] == pytest.approx(m[f"{crit}_0.50"]["sparsity_t"] - m[f"{crit}_0.50"]["sparsity_v"])
+    assert m["uniform_magnitude_0.50"]["sparsity_gap"] == pytest.approx(0.0, abs=1e-3)  # same sparsity everywhere
+    assert m["vision_equal"]["sparsity_t"] == 0 and m["text_equal"]["sparsity_v"] == 0
+    assert m["text_equal"]["sparsity_t"] == pytest.approx(0.5, abs=1e-3)
+    assert m["vision_equal"]["pruned_params"] == pytest.approx(m["text_equal"]["pruned_params"], abs=8)  # equal counts
+    row = {"paper": "id_vl_pruning", "variant": "dual", "seed": 0, **{f"dense/{k}": v for k, v in dense.items()}}
+    for lv, mm in m.items():
+        row.update({f"compressed@{lv}/{k}": v for k, v in mm.items()})
     torch.save(model, tmp_path / "m.pt")
     torch.load(tmp_path / "m.pt", weights_only=True)
-    derived = P.SPEC.derive(cfg, rows)
-    vis = next(r for r in derived if r["variant"] == "id_weighted|vision_only")
-    assert vis["compressed@0.50/acc"] == rows[0]["compressed@v0.50/acc"]
-    assert {c.method for c in P.SPEC.comparisons(cfg)} <= {r["variant"] for r in derived}
+    derived = P.SPEC.derive(cfg, [row])
+    by = {r["variant"]: r for r in derived}
+    assert by["dual|vision_only"]["compressed@equal/acc"] == row["compressed@vision_equal/acc"]
+    assert by["dual|importance"]["compressed@0.50/acc"] == row["compressed@importance_0.50/acc"]
+    assert by["dual|id_weighted"]["dense/acc"] == dense["acc"]
+    assert "compressed@0.50/acc" not in by["dual|text_only"]
+    for c in P.SPEC.comparisons(cfg):
+        assert c.method in by and c.baseline in by and c.column in by[c.method] and c.column in by[c.baseline], c.text
 
 
 def test_descriptions_split_and_tokens():

@@ -1,6 +1,7 @@
 """IFFN / AGeLU (ICML 2024): AGeLU at identity parameters is GeLU, the spatial enhancement is a depth-wise conv
-over the patch grid that leaves the class token alone, counted FLOPs equal a hand count, and a tiny
-prepare -> train -> evaluate through the spec on synthetic images."""
+over the patch grid that leaves the class token alone, counted FLOPs equal a hand count, the compress stage
+prunes exactly the blocks' matrices, and a tiny prepare -> train -> compress -> evaluate through the spec on
+synthetic images."""
 from __future__ import annotations
 
 import math
@@ -119,19 +120,47 @@ def test_spec_end_to_end_on_synthetic_images(tmp_path):
     cfg = SPEC.make_config(TINY)
     data = SPEC.prepare(cfg, Resources(str(tmp_path), {"fashion_mnist": str(path)}))
     assert data["x_train"].dtype == torch.uint8
-    assert SPEC.compress is None  # the smaller FFN is the compression
+    assert SPEC.compress is not None  # the smaller FFN is the saving; magnitude pruning is the compress stage
     metrics, logged = {}, []
     for variant in SPEC.variants:
         model = SPEC.train(cfg, data, variant, 0, lambda step, **m: logged.append(m))
         metrics[variant] = SPEC.evaluate(cfg, model, data)
         assert set(metrics[variant]) == {"acc", "flops", "params", "ffn_flops", "ffn_params"}
         assert all(math.isfinite(v) for v in metrics[variant].values())
+        levels = SPEC.compress(cfg, model, data, variant, 0)
+        assert sorted(levels) == ["0.50", "0.70"]
+        for pruned in levels.values():
+            m = SPEC.evaluate(cfg, pruned, data)
+            assert m["flops"] == metrics[variant]["flops"] and 0 <= m["acc"] <= 100  # same architecture, pruned weights
     assert metrics["iffn"]["flops"] < metrics["ffn4x"]["flops"]  # at d=32 the depth-wise conv costs less than FC1 saves
     assert metrics["iffn"]["ffn_flops"] < metrics["ffn4x"]["ffn_flops"]
     assert any("train/loss" in m for m in logged)
     rows = SPEC.comparisons(cfg)
-    assert [(r.metric, r.baseline) for r in rows] == [("acc", "ffn4x"), ("flops", "ffn4x"), ("params", "ffn4x"), ("acc", "ffn_small")]
+    assert [(r.metric, r.baseline, r.role) for r in rows] == [
+        ("acc", "ffn4x", "headline"), ("flops", "ffn4x", "fact"), ("params", "ffn4x", "fact"), ("flops", "iffn", "fact"),
+        ("acc", "ffn_small", "secondary"), ("acc", "ffn4x", "secondary")]
+    assert rows[-1].stage == "compressed" and rows[-1].level == "0.50"
     assert SPEC.tradeoff == ("flops", "acc")
+
+
+def test_compress_prunes_each_block_matrix_to_the_level_and_nothing_else():
+    cfg = P.Config(d_model=24, n_head=2, n_layer=2, sparsities=(0.5, 0.7))
+    torch.manual_seed(0)
+    net = P.build_model(P.make_arch(cfg, "iffn"))
+    model = {"state": {k: v.detach().clone() for k, v in net.state_dict().items()}, "arch": P.make_arch(cfg, "iffn")}
+    levels = P.compress(cfg, model, None, "iffn", 0)
+    for level, pruned in levels.items():
+        s = float(level)
+        for name, w in model["state"].items():
+            p = pruned["state"][name]
+            if name.startswith("blocks.") and w.dim() >= 2:  # qkv, proj, fc1, fc2, the SE depth-wise kernel
+                assert int((p == 0).sum()) == int(w.numel() * s), name
+                kept = p != 0  # the kept entries are the largest |w| of this matrix, unchanged
+                assert torch.equal(p[kept], w[kept]) and w[kept].abs().min() >= w[~kept].abs().max()
+            else:  # patch embedding, positions, class token, norms, AGeLU parameters, head
+                assert torch.equal(p, w), name
+    assert {n for n in model["state"] if n.startswith("blocks.") and model["state"][n].dim() >= 2} >= {
+        "blocks.0.ffn.fc1.weight", "blocks.0.ffn.se.dwc.weight", "blocks.1.attn.qkv.weight"}
 
 
 def test_training_is_deterministic_per_seed():
@@ -151,6 +180,8 @@ def test_config_validation():
         P.Config(iffn_ratio=0.0)
     with pytest.raises(ConfigError, match="small_ratio"):
         P.Config(small_ratio=-1.0)
+    with pytest.raises(ConfigError, match="sparsities"):
+        P.Config(sparsities=(0.5, 1.0))
     with pytest.raises(ConfigError, match="unknown key"):
         SPEC.make_config({"hidden": 3})
     with pytest.raises(ConfigError, match="variant"):

@@ -96,8 +96,12 @@ def test_config_validation_and_comparisons():
         P.SPEC.make_config({"nope": 1})
     cfg = P.SPEC.make_config({"teacher_widths": [8, 16, 32]})
     assert cfg.teacher_widths == (8, 16, 32) and cfg.teacher_names == ("w8", "w16", "w32")
-    cols = [(c.method, c.baseline, c.column) for c in P.comparisons(cfg)]
-    assert cols[0] == ("rank", "kl", "compressed@w32/acc") and cols[1] == ("rank", "kl", "compressed@w32/drop")
+    with pytest.raises(ConfigError, match="prune_level"):
+        P.Config(sparsities=(0.5, 0.8), prune_level=0.7)
+    comps = P.comparisons(cfg)
+    cols = [(c.method, c.baseline, c.column) for c in comps]
+    assert ("kd|rank", "kd|kl", "compressed@w32/acc") in cols and cols[0] == ("kd|rank", "kd|kl", "compressed@w32/drop")
+    assert comps[0].role == "headline" and comps[0].gates[0].comparison.column == "compressed@w32/drop"
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -119,39 +123,49 @@ def _synthetic_resources(tmp_path):
 
 def test_end_to_end_through_spec(tmp_path):
     spec = P.SPEC
-    cfg = spec.make_config({"n_train": 160, "n_test": 80, "teacher_widths": [8, 24], "teacher_steps": 6,
+    cfg = spec.make_config({"n_train": 140, "n_val": 20, "n_test": 80, "teacher_widths": [8, 24], "teacher_steps": 6,
                             "student_hidden": [4], "student_steps": 5, "batch_size": 32, "log_every": 2})
     data = spec.prepare(cfg, _synthetic_resources(tmp_path))
-    assert data["x_train"].dtype == torch.uint8 and set(data["teachers"]) == {"w8", "w24"}
-    assert data["teachers"]["w8"]["train_logits"].shape == (160, 10)
-    rows = []
-    for variant in spec.variants:
-        logged = []
-        model = spec.train(cfg, data, variant, 0, lambda step, **m: logged.append((step, m)))
-        again = spec.train(cfg, data, variant, 0, None)
-        for name, st in model["students"].items():  # deterministic given the seed
-            for k in st["state"]:
-                assert torch.equal(st["state"][k], again["students"][name]["state"][k])
-        assert any("train/loss" in m for _, m in logged)
-        torch.save(model, tmp_path / "m.pt")
-        model = torch.load(tmp_path / "m.pt", weights_only=True)
-        levels = spec.compress(cfg, model, data, variant, 0)
-        assert list(levels) == ["w8", "w24"]
-        dense = spec.evaluate(cfg, model, data)
-        assert {"acc", "ece", "params", "acc_w8", "ece_w24", "params_w24"} <= set(dense)
-        assert dense["params"] == dense["params_w24"] > dense["params_w8"]
-        row = {"variant": variant, "seed": 0, **{f"dense/{k}": v for k, v in dense.items()}}
-        for name, lv in levels.items():
-            m = spec.evaluate(cfg, lv, data)
-            assert 0 <= m["acc"] <= 100 and 0 <= m["ece"] <= 1 and m["params"] < dense["params_w8"]
-            assert m["teacher_ece"] == pytest.approx(dense[f"ece_{name}"])
-            row.update({f"compressed@{name}/{k}": v for k, v in m.items()})
-        rows.append(row)
+    assert data["x_train"].dtype == torch.uint8 and data["x_train"].shape[0] == 140 and data["x_val"].shape[0] == 20
+    assert spec.variants == ("kd",)
+    logged = []
+    model = spec.train(cfg, data, "kd", 0, lambda step, **m: logged.append((step, m)))
+    keys = {k for _, m in logged for k in m}
+    assert {"train/loss", "student_kl/loss", "student_rank/loss", "student_none/loss"} <= keys
+    again = spec.train(cfg, data, "kd", 0, None)  # deterministic given the seed
+    other = spec.train(cfg, data, "kd", 1, None)  # the teachers vary with the seed
+    for k, t in model["teachers"]["w24"]["state"].items():
+        assert torch.equal(t, again["teachers"]["w24"]["state"][k])
+    assert any(not torch.equal(t, other["teachers"]["w24"]["state"][k]) for k, t in model["teachers"]["w24"]["state"].items())
+    for k, t in model["students"]["kl"]["w8"]["state"].items():
+        assert torch.equal(t, again["students"]["kl"]["w8"]["state"][k])
+    torch.save(model, tmp_path / "m.pt")
+    model = torch.load(tmp_path / "m.pt", weights_only=True)
+    levels = spec.compress(cfg, model, data, "kd", 0)
+    assert set(levels) == {f"{loss}_{lv}" for loss in P.LOSSES for lv in ("w8", "w24", "pruned0.50", "pruned0.80")}
+    dense = spec.evaluate(cfg, model, data)
+    assert {"acc", "ece", "params", "acc_w8", "ece_w24", "params_w24"} <= set(dense)
+    assert dense["params"] == dense["params_w24"] > dense["params_w8"]
+    row = {"paper": "kd_ranking", "variant": "kd", "seed": 0, **{f"dense/{k}": v for k, v in dense.items()}}
+    for name, lv in levels.items():
+        m = spec.evaluate(cfg, lv, data)
+        assert 0 <= m["acc"] <= 100 and 0 <= m["ece"] <= 1 and 0 <= m["val_acc"] <= 100 and m["params"] < dense["params_w8"]
+        row.update({f"compressed@{name}/{k}": v for k, v in m.items()})
+    n_student = row["compressed@kl_w24/params"]
+    assert row["compressed@kl_pruned0.50/params"] <= n_student - 0.5 * (4 * 784 + 10 * 4) + 1  # half the weights gone
     # same init and batches: the student without a teacher is the same at every level
-    assert rows[0]["compressed@w8/acc"] == rows[0]["compressed@w24/acc"]
-    out = spec.derive(cfg, rows)
-    for r in out:
+    assert row["compressed@none_w8/acc"] == row["compressed@none_w24/acc"]
+    out = {r["variant"]: r for r in spec.derive(cfg, [row])}
+    for loss in P.LOSSES:
+        r = out[f"kd|{loss}"]
         accs = [r["compressed@w8/acc"], r["compressed@w24/acc"]]
-        assert r["compressed@w24/drop"] == pytest.approx(max(accs) - accs[1])
-        assert min(r["compressed@w8/drop"], r["compressed@w24/drop"]) == 0.0
-    assert "dense/corr_acc_ece" not in out[0]  # none: constant accuracy, no correlation
+        vals = [r["compressed@w8/val_acc"], r["compressed@w24/val_acc"]]
+        best = 1 if vals[1] > vals[0] else 0  # validation picks the teacher, ties to the smaller one
+        assert r["dense/best_teacher"] == best
+        assert r["compressed@w24/drop"] == pytest.approx(accs[best] - accs[1])
+        assert r["compressed@w24/teacher_ece"] == dense["ece_w24"]
+        assert r["compressed@pruned0.50/acc"] == row[f"compressed@{loss}_pruned0.50/acc"]
+    assert out["kd|none"]["compressed@w24/drop"] == 0.0  # one student for every teacher
+    assert "dense/corr_acc_ece" not in out["kd|none"]  # none: constant accuracy, no correlation
+    for c in spec.comparisons(cfg):
+        assert c.column in out[c.method] and c.column in out[c.baseline], c.text

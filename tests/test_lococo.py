@@ -15,8 +15,9 @@ transformers = pytest.importorskip("transformers")
 
 
 def _cfg(**kw):
-    base = dict(cache_size=8, chunk=4, n_sink=2, h2o_recent=3, local_len=2, kernel_size=3, train_steps=2, train_len=20,
-                train_batch=2, warmup=0, context_lens=(16, 32), eval_passages=2, eval_batch=2, log_every=1)
+    base = dict(cache_size=8, chunk=4, sink_grid=(1, 2, 3), recent_grid=(2, 3, 4), local_len=2, kernel_size=3, train_steps=2,
+                train_len=20, train_batch=2, warmup=0, context_lens=(16, 32), eval_passages=2, eval_batch=2, log_every=1,
+                val_len=16)
     return P.Config(**{**base, **kw})
 
 
@@ -86,7 +87,7 @@ def test_h2o_keeps_highest_scores_plus_recent():
 def test_cache_stays_at_fixed_size_after_any_number_of_chunks(policy):
     lm, cfg = tiny_llama(frozen=True), _cfg()
     comps = P.build_compressors(lm, cfg, 0)
-    cache = P.KVCache(lm.config.num_hidden_layers, policy, cfg, comps)
+    cache = P.KVCache(lm.config.num_hidden_layers, policy, cfg, comps, knob={"sink_window": 2, "h2o": 3}.get(policy, 0))
     ids = torch.randint(0, 32, (2, 40))
     with torch.no_grad():
         for c in range(10):
@@ -116,45 +117,60 @@ def test_streaming_nll_and_fixed_policies_equal_full_before_overflow():
     ids = torch.randint(0, 32, (2, 12))
     cfg = _cfg(cache_size=8, chunk=4)
     full, _ = P.streaming_nll(lm, ids, "full", cfg)
-    sink, _ = P.streaming_nll(lm, ids, "sink_window", cfg)
+    sink, _ = P.streaming_nll(lm, ids, "sink_window", cfg, knob=2)
     # chunks 0 and 1 see <= 8 held tokens: identical; chunk 2 sees 8 of 8 -> still identical
     assert torch.allclose(full, sink, atol=1e-6)
     long = torch.randint(0, 32, (2, 24))
     full, _ = P.streaming_nll(lm, long, "full", cfg)
-    sink, _ = P.streaming_nll(lm, long, "sink_window", cfg)
+    sink, _ = P.streaming_nll(lm, long, "sink_window", cfg, knob=2)
     assert torch.allclose(full[:, :11], sink[:, :11], atol=1e-6) and not torch.allclose(full, sink)
 
 
 # ---------------------------------------------------------------------------------- spec path
 def test_lococo_spec_path_tiny_llama(tmp_path):
     spec = P.SPEC
-    cfg = spec.make_config(dict(cache_size=8, chunk=4, n_sink=2, h2o_recent=3, local_len=2, kernel_size=3, train_steps=3,
-                                train_len=20, train_batch=2, warmup=0, context_lens=[16, 32], eval_passages=2,
-                                eval_batch=1, log_every=1))
+    cfg = spec.make_config(dict(cache_size=8, chunk=4, sink_grid=[1, 2, 4], recent_grid=[2, 3, 5], local_len=2, kernel_size=3,
+                                train_steps=3, train_len=20, train_batch=2, warmup=0, context_lens=[16, 32], eval_passages=2,
+                                val_len=24, eval_batch=1, log_every=1, lr_grid=[0.001, 0.01, 0.1]))
     data = spec.prepare(cfg, tiny_resources(tmp_path))
     assert data["eval_book"] == "Persuasion" and data["eval_windows"].shape[1] == 32
+    # validation and test passages of a seed are disjoint windows
+    test, val = P.passages(data, cfg, 0), P.passages(data, cfg, 0, "val")
+    assert val.shape == (1, 24) and not any(torch.equal(val[0], t[:24]) for t in test)
     metrics = {}
     for variant in spec.variants:
         logged = []
         model = spec.train(cfg, data, variant, 0, lambda step, **m: logged.append(m))
-        assert spec.compress is None  # the cache policy is the compression, applied in evaluate
+        assert spec.compress is None and spec.compression_exempt  # the cache policy is the compression
         metrics[variant] = spec.evaluate(cfg, model, data)
         assert all(math.isfinite(v) for v in metrics[variant].values())
+        if variant != "full":  # every fixed-size policy tuned its knob on a 3-value grid (equal tuning)
+            scores = [metrics[variant][f"val_score@{i}"] for i in range(3)]
+            assert scores.index(min(scores)) == metrics[variant][[k for k in metrics[variant] if k.endswith("_index")][0]]
+            assert "grid_edge" in metrics[variant]
         if variant == "lococo":
-            assert logged and "state" in model
+            assert logged and "state" in model and {k.rsplit("_", 1)[-1] for m in logged for k in m} == {"lr0", "lr1", "lr2"}
             again = spec.train(cfg, data, variant, 0, lambda *a, **k: None)  # deterministic given the seed
             assert all(torch.equal(model["state"][k], again["state"][k]) for k in model["state"])
+        if variant == "sink_window":  # the chosen sink count reproduces its validation perplexity
+            lm = P.frozen_smollm2(data["model_dir"])
+            assert P.val_ppl(lm, data, cfg, 0, "sink_window", knob=model["knob"]) == pytest.approx(min(scores))
     for variant in ("sink_window", "h2o", "lococo"):
         assert metrics[variant]["kv_growth"] == 1.0
         assert metrics[variant]["kv_peak_bytes"] == metrics["sink_window"]["kv_peak_bytes"]
     assert metrics["full"]["kv_growth"] == 2.0  # 32 vs 16 held tokens
+    rows = [{"variant": v, "seed": 0, **{f"dense/{k}": x for k, x in m.items()}} for v, m in metrics.items()]
+    view = [r for r in spec.derive(cfg, rows) if r["variant"] == "ref|best_eviction"]
+    assert len(view) == 1 and view[0]["dense/ppl"] == min(metrics["sink_window"]["ppl"], metrics["h2o"]["ppl"])
     for c in spec.comparisons(cfg):
         assert c.metric in metrics["lococo"]
 
 
 def test_config_validation():
-    with pytest.raises(ConfigError, match="n_sink"):
-        P.Config(n_sink=64)
+    with pytest.raises(ConfigError, match="sink_grid"):
+        P.Config(sink_grid=(1, 64))
+    with pytest.raises(ConfigError, match="lr_grid"):
+        P.Config(lr_grid=(0.1, 0.01))
     with pytest.raises(ConfigError, match="train_len"):
         P.Config(train_len=100)
     with pytest.raises(ConfigError, match="kernel_size"):

@@ -1,9 +1,11 @@
-"""Tests of the LoRA+ paper module (papers/loraplus.py): the optimizer groups of create_loraplus_optimizer,
-the spec path on a tiny random Llama, derive (best-lr views, steps to target), Config validation."""
+"""Tests of the LoRA+ paper module (papers/loraplus.py): the optimizer groups of create_loraplus_optimizer
+(lr ratio and the weight-decay rule), the spec path on a tiny random Llama (merge == unmerged, pruned level),
+the in-job lr grid (chosen run = best on validation), derive (steps to the shared target), Config validation."""
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn as nn
 
 from paperflow import finetune as ft
 from paperflow.nn.adapters import LoRALinear
@@ -39,6 +41,26 @@ def test_loraplus_groups_give_B_and_vectors_ratio_times_lr(tiny):
     assert n == sum(1 for p in model.parameters() if p.requires_grad)  # every trainable parameter, once
 
 
+def test_weight_decay_follows_the_codes_rule_for_1d_parameters():
+    """create_loraplus_optimizer: decay = names outside norm layers minus "bias"; every 1-D parameter is in the
+    lr * ratio groups, decayed unless it is a bias or a norm scale (a hand-built module with each case)."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = LoRALinear(nn.Linear(4, 4), r=2)
+            self.norm = nn.LayerNorm(4)
+            self.rms = nn.RMSNorm(4)
+            self.scale = nn.Parameter(torch.ones(4))  # 1-D, neither bias nor norm: decayed at lr * ratio
+            self.head = nn.Linear(4, 2)
+
+    net = Net()
+    assert lp.decay_names(net) == {"q.lora_A", "q.lora_B", "q.base.weight", "scale", "head.weight"}
+    groups = {g["name"]: {id(p) for p in g["params"]} for g in lp.loraplus_groups(net, 1e-3, 16.0, 0.1)}
+    assert groups["A"] == {id(net.q.lora_A), id(net.head.weight)}
+    assert groups["B"] == {id(net.q.lora_B), id(net.scale)}
+    assert groups["B_no_decay"] == {id(p) for p in (net.norm.weight, net.norm.bias, net.rms.weight, net.head.bias)}
+
+
 def test_ratio_survives_the_schedule(tiny):
     cfg, data = tiny
     seen = []
@@ -50,7 +72,7 @@ def test_ratio_survives_the_schedule(tiny):
 
     torch.optim.AdamW.step = spy
     try:
-        lp.train(cfg, data, "loraplus_lr1", 0, None)
+        lp.train(cfg, data, "loraplus", 0, None)
     finally:
         torch.optim.AdamW.step = orig
     for lrs in seen:
@@ -61,40 +83,61 @@ def test_ratio_survives_the_schedule(tiny):
 def test_spec_path_prepare_train_compress_evaluate(tiny):
     cfg, data = tiny
     spec = get_paper("loraplus")
+    assert tuple(spec.variants) == ("lora", "loraplus")
     rows = []
-    for variant in ("lora_lr0", "loraplus_lr1", "full_lr0"):
+    for variant in spec.variants:
         model = spec.train(cfg, data, variant, 0, lambda step, **m: None)
+        assert len(model["grid"]) == len(cfg.lrs) and model["lr"] == model["tuning"]["tuned_lr"]
         comp = spec.compress(cfg, model, data, variant, 0)
+        assert set(comp) == {"merged", "0.50"} and "grid" not in comp["merged"]
         dense, merged = spec.evaluate(cfg, model, data), spec.evaluate(cfg, comp["merged"], data)
         assert merged["merge_err"] < 1e-4 and dense["acc"] == merged["acc"]
+        assert spec.evaluate(cfg, comp["0.50"], data)["sparsity"] == pytest.approx(0.5)
+        # the chosen run is the grid's best on validation; its test numbers are the grid entry's
+        i = int(dense["tuned_lr_index"])
+        assert dense["val_acc"] == max(dense[f"val_acc@lr{j}"] for j in range(len(cfg.lrs))) == dense[f"val_acc@lr{i}"]
+        assert dense["acc"] == dense[f"acc@lr{i}"] and dense["acc_worst"] == min(dense[f"acc@lr{j}"] for j in range(5))
+        assert any(k.startswith("same_lr_val_loss@") for k in dense) and "same_lr_val_loss@4" not in merged
         rows.append({"paper": "loraplus", "variant": variant, "seed": 0, **{f"dense/{k}": v for k, v in dense.items()}})
-    assert rows[0]["dense/params"] == rows[1]["dense/params"] > 0 and rows[2]["dense/params"] == 0
+    assert rows[0]["dense/params"] == rows[1]["dense/params"] > 0
     out = lp.derive(cfg, rows)
-    views = {r["variant"]: r for r in out if "|" in r["variant"]}
-    assert set(views) == {"lora|best", "loraplus|best", "full|best"}
-    target = max(min(ft.curve_of(views[v])[1]) for v in views)
+    target = max(min(ft.curve_of(r)[1]) for r in rows)
     for r in out:
-        assert r["dense/loss_target"] == target and r["dense/steps_to_target"] in (2.0, 4.0, 6.0)
+        assert r["dense/steps_to_target_target"] == target and r["dense/steps_to_target"] in (2.0, 4.0, 6.0)
+        assert r["dense/steps_to_target_same_lr"] in (2.0, 4.0, 6.0)
 
 
-def test_derive_picks_best_val_lr_and_steps_to_shared_target():
-    def row(v, val_acc, curve):
-        r = {"paper": "loraplus", "variant": v, "seed": 0, "dense/val_acc": val_acc, "dense/val_loss": curve[-1]}
+def test_derive_steps_to_the_shared_target_per_seed():
+    def row(v, seed, curve, same):
+        r = {"paper": "loraplus", "variant": v, "seed": seed}
         r.update({f"dense/val_loss@{10 * (i + 1)}": l for i, l in enumerate(curve)})
+        r.update({f"dense/same_lr_val_loss@{10 * (i + 1)}": l for i, l in enumerate(same)})
         return r
     cfg = lp.Config(steps=30, eval_every=10)
-    rows = [row("lora_lr0", 0.5, [1.5, 1.2, 1.0]), row("lora_lr1", 0.6, [1.4, 1.1, 0.9]),
-            row("loraplus_lr0", 0.7, [1.0, 0.8, 0.7]), row("full_lr0", 0.4, [1.6, 1.5, 1.3])]
-    out = {r["variant"]: r for r in lp.derive(cfg, rows)}
-    assert out["lora|best"]["dense/val_acc"] == 0.6 and out["lora|best"]["dense/best_lr_index"] == 1
-    # target = max of the best runs' minima = max(0.9, 0.7, 1.3) = 1.3
-    assert out["lora|best"]["dense/steps_to_target"] == 20 and out["loraplus|best"]["dense/steps_to_target"] == 10
-    assert out["full|best"]["dense/steps_to_target"] == 30
+    rows = [row("lora", 0, [1.4, 1.1, 0.9], [1.5, 1.2, 1.0]), row("loraplus", 0, [1.0, 0.8, 0.7], [1.0, 0.6, 0.5]),
+            row("lora", 1, [1.0, 0.9, 0.8], [2.0, 1.9, 1.8])]  # seed 1 has no LoRA+ run: no target
+    out = {(r["variant"], r["seed"]): r for r in lp.derive(cfg, rows)}
+    # seed 0: target = max of the minima = max(0.9, 0.7) = 0.9 -> LoRA at step 30, LoRA+ at 20 (0.8 <= 0.9)
+    assert out["lora", 0]["dense/steps_to_target"] == 30 and out["loraplus", 0]["dense/steps_to_target"] == 20
+    # same-lr curves: target max(1.0, 0.5) = 1.0 -> LoRA at 30, LoRA+ at 10
+    assert out["lora", 0]["dense/steps_to_target_same_lr"] == 30 and out["loraplus", 0]["dense/steps_to_target_same_lr"] == 10
+    assert "dense/steps_to_target" not in out["lora", 1]
+    # the target is the larger minimum, so both runs reach it: here LoRA+ only at its last point (1.05)
+    rows[1] = row("loraplus", 0, [1.0, 0.8, 0.7], [1.1, 1.1, 1.05])
+    out = {(r["variant"], r["seed"]): r for r in lp.derive(cfg, rows)}
+    assert out["loraplus", 0]["dense/steps_to_target_same_lr_target"] == 1.05
+    assert out["lora", 0]["dense/steps_to_target_same_lr"] == 30 and out["loraplus", 0]["dense/steps_to_target_same_lr"] == 30
 
 
 def test_config_validation():
     with pytest.raises(ConfigError):
         lp.Config(lrs=(1e-3, 1e-2))
+    with pytest.raises(ConfigError):
+        lp.Config(lrs=(1e-3, 1e-2, 3e-2, 5e-2, 4e-2))  # not increasing
+    with pytest.raises(ConfigError):
+        lp.Config(same_lr=5)
+    with pytest.raises(ConfigError):
+        lp.Config(sparsities=(1.0,))
     with pytest.raises(ConfigError):
         lp.Config(ratio=0.5)
     with pytest.raises(ConfigError):
@@ -103,4 +146,4 @@ def test_config_validation():
         lp.Config(warmup=500)
     with pytest.raises(ConfigError):
         get_paper("loraplus").make_config({"bogus": 1})
-    assert lp.Config(lrs=[1, 2, 3]).lrs == (1.0, 2.0, 3.0)
+    assert lp.Config(lrs=[1, 2, 3, 4, 5]).lrs == (1.0, 2.0, 3.0, 4.0, 5.0)

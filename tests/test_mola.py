@@ -1,5 +1,6 @@
 """Tests of the MoLA paper module (papers/mola.py): MoLA-Grad's gradient separation, the TwD loss on a
-hand-computed case, router weights on the simplex, the E=1 layer against the shared LoRA, a tiny spec run,
+hand-computed case, router weights on the simplex, the E=1 layer against the shared LoRA, equal alpha / r for every
+adapter (the wide LoRA as a sum of rank-r experts), the compress stage's per-tensor pruning, a tiny spec run,
 Config validation."""
 from __future__ import annotations
 
@@ -145,37 +146,92 @@ def test_single_expert_equals_the_shared_lora_linear():
 
 def test_lora_wide_has_the_same_adapter_budget_as_mola_grad(tiny):
     cfg, data = tiny
-    counts = {v: mola.count_trainable(mola.build(mola.arch_of(cfg, v))) for v in mola.VARIANTS}
+    counts = {v: mola.count_trainable(mola.build(mola.arch_of(cfg, v, "mnist"))) for v in mola.VARIANTS}
     assert counts["lora_wide"]["adapter_params"] == counts["mola_grad"]["adapter_params"] == 3 * counts["lora"]["adapter_params"]
     assert counts["full"]["adapter_params"] == 0 and counts["mola_router"]["router_params"] > 0
+    assert counts["stl"]["adapter_params"] == counts["lora"]["adapter_params"]  # one task's model: one rank-r LoRA
+
+
+def test_every_adapter_has_the_same_scale_alpha_over_r(tiny):
+    """Equal alpha / r for every adapter variant: lora_wide (rank 3r) is not scaled down 3-fold."""
+    cfg, _ = tiny
+    scales = set()
+    for v in ("mola_grad", "mola_router", "lora", "lora_wide", "stl"):
+        net = mola.build(mola.arch_of(cfg, v, "fashion"))
+        scales |= {layer.scale for layer in net.backbone.layers}
+        assert all(layer.r == (3 * cfg.rank if v == "lora_wide" else cfg.rank) for layer in net.backbone.layers)
+    assert scales == {cfg.lora_alpha / cfg.rank}
+
+
+def test_lora_wide_at_equal_scale_equals_the_sum_of_three_rank_r_experts():
+    """A rank-3r LoRA with alpha' = 3 alpha is three rank-r experts (its row blocks) each at s = alpha / r, summed:
+    s' (x A^T) B^T = (3 alpha / 3r) sum_k (x A_k^T) B_k^T."""
+    torch.manual_seed(0)
+    base = nn.Linear(6, 5)
+    wide = mola.MoLALinear(base, n_experts=1, r=6, alpha=3 * 8.0)
+    nn.init.normal_(wide.lora_B)
+    x = torch.randn(4, 6)
+    A, B = wide.lora_A[0], wide.lora_B[0]
+    ref = base(x) + sum((8.0 / 2) * (x @ A[2 * k : 2 * k + 2].t() @ B[:, 2 * k : 2 * k + 2].t()) for k in range(3))
+    torch.testing.assert_close(wide(x), ref)
+
+
+def test_compress_prunes_every_backbone_and_head_tensor_to_the_level(tiny):
+    cfg, data = tiny
+    for v in ("mola_router", "stl"):
+        model = mola.train(cfg, data, v, 0, None)
+        levels = mola.compress(cfg, model, data, v, 0)
+        assert sorted(levels) == ["0.50", "0.80"]
+        parts = model.get("per_task", [model])
+        for level, pruned in levels.items():
+            for dense, sparse in zip(parts, pruned.get("per_task", [pruned])):
+                for name, w in dense["state"].items():
+                    p = sparse["state"][name]
+                    if name.startswith(("backbone.", "heads.")) and w.dim() >= 2:  # base, lora_A, lora_B, head weights
+                        assert int((p == 0).sum()) == int(w.numel() * float(level)), name
+                        assert torch.equal(p[p != 0], w[p != 0])
+                    else:  # biases and the router stay dense
+                        assert torch.equal(p, w), name
+            m = mola.evaluate(cfg, pruned, data)
+            assert 0 <= m["acc_mean"] <= 100
+
+
+def logged_steps(logged, variant):
+    return [(v, m["step"]) for v, m in logged if v == variant]
 
 
 def test_tiny_spec_run(tiny):
     cfg, data = tiny
     spec = get_paper("mola")
-    assert spec.compress is None
+    assert spec.compress is not None
     assert set(mola.TASKS) <= set(data) and data["mnist_inv"]["x_train"].dtype == torch.uint8
     # mnist and mnist_inv use disjoint MNIST images: inverted test images are 255 - x of other pool images
     logged = []
     for v in spec.variants:
-        model = spec.train(cfg, data, v, 0, lambda step, **m: logged.append((v, m)))
+        model = spec.train(cfg, data, v, 0, lambda step, **m: logged.append((v, {"step": step, **m})))
         torch.save(model, "/dev/null")
         again = spec.train(cfg, data, v, 0, None)
-        assert all(torch.equal(model["state"][k], again["state"][k]) for k in model["state"])  # deterministic
+        for a, b in zip(model.get("per_task", [model]), again.get("per_task", [again])):  # deterministic
+            assert all(torch.equal(a["state"][k], b["state"][k]) for k in a["state"])
         m = spec.evaluate(cfg, model, data)
-        tasks = mola.TASKS if v in mola.MTL_VARIANTS else (v[len("stl_"):],)
-        assert {f"acc_{t}" for t in tasks} | {"trainable_params"} <= set(m)
-        assert ("acc_mean" in m) == (v in mola.MTL_VARIANTS)  # single-task diagnostics: their own task only
-        assert not any(f"acc_{t}" in m for t in set(mola.TASKS) - set(tasks))
-        assert all(0 <= m[f"acc_{t}"] <= 100 for t in tasks)
+        assert {f"acc_{t}" for t in mola.TASKS} | {"acc_mean", "trainable_params"} <= set(m)
+        assert all(0 <= m[f"acc_{t}"] <= 100 for t in mola.TASKS)
+        assert m["acc_mean"] == pytest.approx(sum(m[f"acc_{t}"] for t in mola.TASKS) / 3)
         assert ("route_purity" in m) == (v == "mola_router")
     assert any(v == "mola_router" and "train/loss_task3" in m for v, m in logged)  # the TwD term is logged
-    metrics = {c.column for c in spec.comparisons(cfg)}
-    assert "dense/acc_mean" in metrics
+    # stl: three single-task models, each with one head and one task's data; their steps are logged one after another
+    stl = spec.train(cfg, data, "stl", 0, None)
+    assert [m["arch"]["tasks"] for m in stl["per_task"]] == [[t] for t in mola.TASKS]
+    assert max(step for v, step in logged_steps(logged, "stl")) >= 2 * cfg.steps
+    rows = spec.comparisons(cfg)
+    assert [r.role for r in rows].count("headline") == 1
+    assert all(r.gates for r in rows if r.role in ("headline", "secondary"))  # every MoLA row needs negative transfer
+    assert "dense/acc_mean" in {c.column for c in rows}
 
 
 @pytest.mark.parametrize("bad", [dict(rank=0), dict(n_router_experts=1), dict(batch_per_task=1),
-                                 dict(n_train=3000, n_test=2500), dict(twd_tau=0.0), dict(hidden=())])
+                                 dict(n_train=3000, n_test=2500), dict(twd_tau=0.0), dict(hidden=()),
+                                 dict(sparsities=(0.5, 1.0))])
 def test_config_validation(bad):
     with pytest.raises(ConfigError):
         mola.Config(**bad)

@@ -147,10 +147,16 @@ def test_hf_adapter_matches_model_and_is_sequential():
 # ------------------------------------------------------------------------------------- smoke path
 def test_owl_spec_smoke_path_tiny_llama(tmp_path):
     spec = get_paper("owl")
-    cfg = spec.make_config({"calib_samples": 4, "calib_len": 16, "eval_windows": 2, "eval_len": 16, "batch": 2})
+    cfg = spec.make_config({"calib_samples": 4, "calib_len": 16, "eval_windows": 2, "eval_len": 16, "batch": 2,
+                            "sparsegpt_blocksize": 8})
     data = spec.prepare(cfg, tiny_resources(tmp_path, max_positions=64))
-    assert data["eval_book"] == "Persuasion" and data["eval_tokens"].shape == (2, 16)
+    assert data["eval_book"] == "Persuasion" and data["eval_tokens"].dim() == 1
     assert torch.equal(owl.calibration_windows(data, cfg, 1), owl.calibration_windows(data, cfg, 1))
+    # the seed draws the evaluation windows too: non-overlapping windows of the held-out novel
+    w0, w1 = owl.eval_windows(data, cfg, 0), owl.eval_windows(data, cfg, 1)
+    assert w0.shape == (2, 16) and torch.equal(w0, owl.eval_windows(data, cfg, 0)) and not torch.equal(w0, w1)
+    starts = [int(torch.nonzero((data["eval_tokens"].unfold(0, 16, 16) == w).all(1))[0]) for w in w0]
+    assert len(set(starts)) == 2
     results = {}
     for variant in spec.variants:
         model = spec.train(cfg, data, variant, 0, lambda *a, **k: None)
@@ -166,13 +172,29 @@ def test_owl_spec_smoke_path_tiny_llama(tmp_path):
                 block = int(name.split(".")[2])
                 if variant == "magnitude":  # whole matrix: exactly int(numel * s) pruned
                     assert int((~keep).sum()) == int(keep.numel() * s)
+                elif variant == "sparsegpt":  # exactly int(rows * cols * s) per block of 8 columns
+                    assert int((~keep[:, :8]).sum()) == int(keep.shape[0] * 8 * s)
+                    assert entry["values"][name].shape == (int(keep.sum()),)
                 else:  # Wanda: exactly int(in * s_l) per output row
                     assert ((~keep).sum(dim=1) == int(keep.shape[1] * entry["block_sparsity"][block])).all()
-            if variant == "owl":
+            if variant in ("owl", "owl_code"):
                 assert np.mean(entry["block_sparsity"]) == pytest.approx(s)
-                assert max(abs(b - s) for b in entry["block_sparsity"]) <= cfg.owl_lambda + 1e-9
                 assert len(entry["outlier_ratio"]) == 2
+                code = owl.owl_layer_sparsities(entry["outlier_ratio"], s, cfg.owl_lambda, enforce_bound=False)
+                if variant == "owl":
+                    assert max(abs(b - s) for b in entry["block_sparsity"]) <= cfg.owl_lambda + 1e-9
+                else:
+                    assert entry["block_sparsity"] == pytest.approx(code)
             m = spec.evaluate(cfg, entry, data)
             assert math.isfinite(m["ppl"]) and abs(m["sparsity"] - s) < 0.05
+            assert m["max_dev"] == pytest.approx(max(abs(b - s) for b in entry["block_sparsity"]))
             results[(variant, level)] = m
-    assert set(c.column for c in spec.comparisons(cfg)) == {"compressed@0.70/ppl"}
+    # SparseGPT's stored fp16 values rebuild the model it pruned in memory (up to fp16 rounding)
+    lm, _ = owl.dense_lm(data["model_dir"])
+    calib = owl.calibration_windows(data, cfg, 0)
+    owl.sparsegpt_prune_lm(lm, calib, [0.7, 0.7], cfg)
+    direct = owl.perplexity(lm, owl.eval_windows(data, cfg, 0), cfg.batch)
+    assert results[("sparsegpt", "0.70")]["ppl"] == pytest.approx(direct, rel=1e-3)
+    rows = spec.comparisons(cfg)
+    assert [r.role for r in rows].count("headline") == 1
+    assert {c.column for c in rows} == {"compressed@0.70/ppl", "compressed@0.70/max_dev", "compressed@0.70/sparsity"}

@@ -196,7 +196,10 @@ def test_spec_end_to_end_on_synthetic_images(tmp_path):
         assert comp["params"] < dense["params"] and comp["flops"] == dense["flops"]
     assert any("train/prepbn_lambda" in m for v, _, m in logged if v == "slab")
     rows = SPEC.comparisons(cfg)
-    assert rows[0].column == "dense/acc" and rows[2].column == "compressed@folded/latency_ms"
+    head = [r for r in rows if r.role == "headline"]
+    assert len(head) == 1 and head[0].column == "compressed@folded/latency_rel"  # timing claims: interleaved ratios
+    assert any(r.column == "dense/acc" and r.kind == "close" and r.role == "secondary" for r in rows)
+    assert all(r.role == "fact" for r in rows if r.metric in ("flops", "flops_large", "params"))
     assert all(r.method == "slab" and r.baseline == "ln_softmax" for r in rows)
     assert SPEC.tradeoff == ("latency_ms", "acc")
 
@@ -222,3 +225,17 @@ def test_config_validation():
         SPEC.make_config({"no_such_key": 1})
     with pytest.raises(ConfigError, match="variant"):
         P.make_arch(P.Config(), "ln_linear")
+
+
+def test_layernorm_eps_is_the_authors_1e6_and_latency_reference_matches_the_stage():
+    cfg = P.Config(**TINY)
+    for variant in P.VARIANTS:
+        arch = P.make_arch(cfg, variant)
+        lns = [m for m in P.build_model(arch).modules() if isinstance(m, nn.LayerNorm)]
+        assert lns and all(m.eps == 1e-6 for m in lns)  # LN baseline and LinearNorm's norm1
+        folded = dict(arch, norm={"prepbn": "identity", "ln": "lnstat"}[arch["norm"]])
+        assert all(m.eps == 1e-6 for m in P.build_model(folded).modules() if isinstance(m, nn.LayerNorm))
+        # the latency reference is LN + softmax at the same stage; for ln_softmax its own architecture (A/A)
+        assert P._reference_arch(arch)["norm"] == "ln" and P._reference_arch(folded)["norm"] == "lnstat"
+        if variant == "ln_softmax":
+            assert P._reference_arch(arch) == arch and P._reference_arch(folded) == folded

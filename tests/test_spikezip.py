@@ -1,6 +1,6 @@
-"""SpikeZIP-TF (ICML 2024): the ST-BIF neuron on hand-computed inputs, the rate-coded IF baseline neuron, the
-quantizer, exact SNN == QANN equivalence on a tiny random ViT after enough steps, and a tiny prepare -> train ->
-compress -> evaluate run through the spec on synthetic images."""
+"""SpikeZIP-TF (ICML 2024): exact SNN == QANN equivalence on a tiny random ViT after enough steps (the neurons,
+quantizer and spike-equivalent operators themselves: tests/test_spiking.py), the early stop of the simulation,
+the baseline conversions, and a tiny prepare -> train -> compress -> evaluate -> derive run through the spec."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,69 +9,6 @@ import torch
 
 from paperflow.papers import spikezip as P
 from paperflow.spec import ConfigError, Resources
-
-
-def _run(neuron, inputs, theta=1.0):
-    outs = [float(neuron.step(torch.tensor([x], dtype=torch.float64))) for x in inputs]
-    return outs, float(neuron.count)
-
-
-# ---------------------------------------------------------------------------------------------- neurons
-
-
-def test_st_bif_hand_computed_sequence():
-    # V0 = 0.5; +2.6 -> 3.1: spikes at 3.1, 2.1, 1.1 (V = 0.1), then -3.0 -> -2.9: -1 spikes until V = 0.1
-    n = P.STBIFNeuron(torch.tensor(1.0, dtype=torch.float64), lo=-4, hi=3)
-    outs, count = _run(n, [2.6, 0, 0, 0, -3.0, 0, 0, 0, 0])
-    assert outs == [1, 1, 1, 0, -1, -1, -1, 0, 0]
-    assert count == 0 == np.floor(2.6 - 3.0 + 0.5)  # count = clamp(floor(X + 1/2)) of the total input
-
-
-def test_st_bif_count_bounded_by_quantizer_levels_and_threshold_scaling():
-    n = P.STBIFNeuron(torch.tensor(0.5, dtype=torch.float64), lo=0, hi=3)
-    outs, count = _run(n, [5.0, 0, 0, 0, 0])
-    assert outs == [0.5, 0.5, 0.5, 0, 0]  # one spike (x theta) per step, stops at hi = 3 although V stays high
-    assert count == 3
-    n = P.STBIFNeuron(torch.tensor(0.5, dtype=torch.float64), lo=-2, hi=1)
-    outs, count = _run(n, [-5.0, 0, 0, 0])
-    assert outs == [-0.5, -0.5, 0, 0] and count == -2  # negative spikes stop at lo
-
-
-def test_st_bif_count_equals_quantizer_for_random_sequences():
-    gen = torch.Generator().manual_seed(0)
-    q = P.Quantizer(8, signed=True)
-    q.s.data.fill_(0.3)
-    q.initialized.fill_(1.0)
-    q.eval()
-    x = torch.randn(200, 5, generator=gen, dtype=torch.float64)  # 200 neurons, 5 input steps
-    n = P.STBIFNeuron(q.s.detach().double(), q.lo, q.hi)
-    total = torch.zeros(200, dtype=torch.float64)
-    for t in range(5 + 2 * (q.hi - q.lo) + 2):
-        total += n.step(x[:, t] if t < 5 else torch.zeros(200, dtype=torch.float64))
-    with torch.no_grad():
-        expected = q.double()(x.sum(1))
-    torch.testing.assert_close(total, expected, rtol=0, atol=1e-12)
-
-
-def test_rate_coded_if_neuron_hand_computed():
-    # V0 = 0, reset by subtraction, unsigned, unbounded: 2.6 -> two spikes (floor), the -3.0 is never undone
-    n = P.IFNeuron(torch.tensor(1.0, dtype=torch.float64))
-    outs, count = _run(n, [2.6, 0, 0, 0, -3.0, 0, 0])
-    assert outs == [1, 1, 0, 0, 0, 0, 0] and count == 2
-    n = P.IFNeuron(torch.tensor(1.0, dtype=torch.float64))
-    outs, count = _run(n, [5.0] + [0] * 6)
-    assert count == 5  # no upper bound
-
-
-def test_quantizer_levels_and_init():
-    assert P.bounds(16, True) == (-8, 7) and P.bounds(16, False) == (0, 15)
-    q = P.Quantizer(8, signed=True)
-    x = torch.tensor([-10.0, -0.26, -0.24, 0.0, 0.74, 0.76, 10.0])
-    q.train()
-    q(torch.ones(4))  # official init: 2 mean|x| / sqrt(hi)
-    assert float(q.s.detach()) == pytest.approx(2 / np.sqrt(3))
-    q.s.data.fill_(0.5)
-    assert q(x).tolist() == [-2.0, -0.5, 0.0, 0.0, 0.5, 1.0, 1.5]  # clamp(floor(x/s + 1/2), -4, 3) * s
 
 
 # ---------------------------------------------------------------------------------------------- network
@@ -101,12 +38,29 @@ def test_snn_equals_qann_exactly_after_enough_steps():
         torch.testing.assert_close(net(x), ref)
 
 
-def test_rate_coded_conversion_is_not_exact():
+@pytest.mark.parametrize("neuron", ["if", "signed_if", "ori_if"])
+def test_rate_coded_conversions_are_not_exact(neuron):
     net, x = _tiny_net()
     with torch.no_grad():
         ref = net(x)
-    out, _ = P.simulate(net, x, 64, "if")
+    out, _ = P.simulate(net, x, 64, neuron)
     assert float((out - ref).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("neuron", ["st_bif", "signed_if"])
+def test_early_stop_when_silent_equals_the_full_simulation(neuron):
+    net, x = _tiny_net(1)
+    fast = P.simulate_all(net, x, (3, 40), neuron)
+    P._set_sim(net, neuron)  # reference: every step run, no stop
+    with torch.no_grad():
+        logits, partial = torch.zeros(x.shape[0], 10, dtype=x.dtype), {}
+        for t in range(40):
+            logits = logits + P.snn_step(net, x if t == 0 else torch.zeros_like(x), t)
+            if t + 1 in (3, 40):
+                partial[t + 1] = (logits.clone(), P.sim_synops(net))
+    P._set_sim(net, None)
+    for T in (3, 40):
+        assert torch.equal(fast[T][0], partial[T][0]) and fast[T][1] == partial[T][1]
 
 
 # ---------------------------------------------------------------------------------------------- spec
@@ -131,28 +85,35 @@ def test_spec_end_to_end_tiny(tmp_path):
                               "eval_batch": 40})
     data = P.SPEC.prepare(cfg, _synthetic(tmp_path))
     assert data["x_train"].dtype == torch.uint8
-    models = {v: P.SPEC.train(cfg, data, v, 0, lambda step, **m: None) for v in P.SPEC.variants}
-    for v in ("rate_coded", "qann"):  # same recipe and seed -> identical QANN
-        for k, t in models["spikezip"]["state"].items():
-            assert torch.equal(t, models[v]["state"][k])
-    dense = P.SPEC.evaluate(cfg, models["spikezip"], data)
+    model = P.SPEC.train(cfg, data, "spikezip", 0, lambda step, **m: None)
+    again = P.SPEC.train(cfg, data, "spikezip", 0, lambda step, **m: None)
+    assert all(torch.equal(t, again["state"][k]) for k, t in model["state"].items())  # deterministic given the seed
+    dense = P.SPEC.evaluate(cfg, model, data)
     assert set(P.SPEC.tradeoff) <= set(dense) and dense["timesteps"] == 1.0
-    comp = {v: P.SPEC.compress(cfg, models[v], data, v, 0) for v in P.SPEC.variants}
-    assert set(comp["spikezip"]) == {"T2", "T24"}
-    m = P.SPEC.evaluate(cfg, comp["spikezip"]["T24"], data)
-    assert set(P.SPEC.tradeoff) <= set(m)
-    assert m["gap"] == 0.0 and m["agree"] == 100.0 and m["qann_acc"] == pytest.approx(dense["acc"])
-    assert m["timesteps"] == 24.0 and m["synops"] > 0
-    r = P.SPEC.evaluate(cfg, comp["rate_coded"]["T24"], data)
-    assert {"acc", "gap", "synops"} <= set(r)
-    q = P.SPEC.evaluate(cfg, comp["qann"]["T24"], data)
-    assert q["acc"] == pytest.approx(dense["acc"])
-    for c in P.SPEC.comparisons(cfg):
-        assert c.method in P.SPEC.variants and c.baseline in P.SPEC.variants
+    levels = P.SPEC.compress(cfg, model, data, "spikezip", 0)
+    assert set(levels) == {"T2", "T24", "signed_if_T2", "signed_if_T24", "ori_if_T2", "ori_if_T24"}
+    metrics = {f"dense/{k}": v for k, v in dense.items()}
+    for name, level in levels.items():
+        metrics.update({f"compressed@{name}/{k}": v for k, v in P.SPEC.evaluate(cfg, level, data).items()})
+    assert set(P.SPEC.tradeoff) <= {k.split("/")[1] for k in metrics}
+    assert metrics["compressed@T24/gap"] == 0.0 and metrics["compressed@T24/agree"] == 100.0
+    assert metrics["compressed@T24/qann_acc"] == pytest.approx(dense["acc"])
+    assert metrics["compressed@T24/timesteps"] == 24.0 and metrics["compressed@T24/synops"] > 0
+    rows = P.SPEC.derive(cfg, [{"paper": "spikezip", "variant": "spikezip", "seed": 0, **metrics}])
+    views = {r["variant"]: r for r in rows}
+    assert set(views) == {"spikezip", "spikezip|signed_if", "spikezip|ori_if", "spikezip|qann"}
+    assert views["spikezip|signed_if"]["compressed@T24/gap"] == metrics["compressed@signed_if_T24/gap"]
+    assert views["spikezip|qann"]["compressed@T24/synops"] == dense["synops"]
+    assert views["spikezip|qann"]["compressed@T2/acc"] == dense["acc"]
+    comps = P.SPEC.comparisons(cfg)
+    assert [c.role for c in comps].count("headline") == 1 and comps[0].kind == "matches" and comps[0].column == "compressed@T24/gap"
+    for c in comps:
+        assert c.method in views and c.baseline in views
+        assert c.column in views[c.method]
 
 
 @pytest.mark.parametrize("bad", [{"levels": 3}, {"headline_T": 7}, {"timesteps": []}, {"patch_size": 5},
-                                 {"d_model": 10, "n_head": 4}, {"close_margin": 1.5}, {"unknown_key": 1}])
+                                 {"d_model": 10, "n_head": 4}, {"gap_tolerance": 0.0}, {"unknown_key": 1}])
 def test_config_validation(bad):
     with pytest.raises(ConfigError):
         P.SPEC.make_config(bad)

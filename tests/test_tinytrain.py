@@ -1,5 +1,6 @@
 """TinyTrain: Fisher potential, multi-objective criterion and budgeted selection, exact channel-sparse
-update, measured backward costs, and a tiny prepare -> train -> evaluate through the spec."""
+update, measured backward costs (and the shared backward_step_costs on a hand example), equal lr tuning on
+held-out support images, the compress stage, and a tiny prepare -> train -> compress -> evaluate through the spec."""
 from __future__ import annotations
 
 import math
@@ -111,6 +112,10 @@ def test_config_validation():
         P.Config(channel_ratio=1.5)
     with pytest.raises(ConfigError, match="channels"):
         P.Config(channels=(8, 8))
+    with pytest.raises(ConfigError, match="val_shots"):
+        P.Config(shots=2, val_shots=2)
+    with pytest.raises(ConfigError, match="ft_lrs"):
+        P.Config(ft_lrs=(1e-2, 1e-3))
     with pytest.raises(ConfigError, match="unknown key"):
         P.SPEC.make_config({"nope": 1})
     assert P.Config(channels=[4, 4, 4, 4]).channels == (4, 4, 4, 4)
@@ -138,18 +143,98 @@ def test_end_to_end_through_spec(tmp_path):
                             "pool_per_class": 10, "query_per_class": 8, "episodes": 1, "ft_steps": 3, "log_every": 1})
     data = spec.prepare(cfg, _synthetic_resources(tmp_path))
     assert data["fmnist5"]["x_pool"].dtype == torch.uint8 and data["mnist"]["n_way"] == 10
-    assert spec.compress is None
+    assert spec.compress is not None  # the sparse update is the saving; magnitude pruning is the compress stage
     rows, logged = {}, []
     for variant in spec.variants:
         model = spec.train(cfg, data, variant, 0, lambda step, **m: logged.append(m))
         rows[variant] = spec.evaluate(cfg, model, data)
         assert all(math.isfinite(v) for v in rows[variant].values())
-    assert {"acc", "acc_fmnist5", "acc_mnist", "bwd_bytes", "bwd_flops"} <= set(rows["tinytrain"])
+        assert model["tuning"]["tuned_lr"] in cfg.ft_lrs and model["tuning"]["grid_edge"] in (0.0, 1.0)
+        levels = spec.compress(cfg, model, data, variant, 0)
+        assert sorted(levels) == ["0.50", "0.80"]
+        pruned = spec.evaluate(cfg, levels["0.50"], data)
+        assert pruned["bwd_flops"] == rows[variant]["bwd_flops"] and 0 <= pruned["acc"] <= 100
+    assert {"acc", "acc_fmnist5", "acc_mnist", "bwd_bytes", "bwd_flops", "grid_edge", "log10_lr"} <= set(rows["tinytrain"])
     assert rows["last_layer"]["bwd_flops"] < rows["tinytrain"]["bwd_flops"] < rows["full_ft"]["bwd_flops"]
     assert rows["tinytrain"]["bwd_bytes"] < rows["full_ft"]["bwd_bytes"]
     assert any("train/loss" in m for m in logged)
-    for c in spec.comparisons(cfg):
+    comps = spec.comparisons(cfg)
+    assert [c.role for c in comps] == ["headline", "secondary", "secondary", "secondary", "fact", "fact"]
+    for c in comps:
         assert c.metric in rows["tinytrain"] and c.method in spec.variants and c.baseline in spec.variants
+        assert c.role == "fact" or {g.variant for g in c.gates} == {c.method, c.baseline}  # lr inside the grid, both arms
     a = spec.train(cfg, data, "tinytrain", 1, None)
     b = spec.train(cfg, data, "tinytrain", 1, None)
     assert all(torch.equal(ea["state"][k], eb["state"][k]) for ea, eb in zip(a["episodes"], b["episodes"]) for k in ea["state"])
+
+
+def test_split_support_holds_out_the_last_val_shots_of_every_class():
+    y = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    fit, val = P.split_support(y, 1)
+    assert fit.tolist() == [0, 1, 3, 4, 6, 7] and val.tolist() == [2, 5, 8]
+    fit, val = P.split_support(torch.tensor([1, 0, 1, 0, 1, 0]), 2)  # classes interleaved
+    assert sorted(val.tolist()) == [2, 3, 4, 5] and sorted(fit.tolist()) == [0, 1]
+
+
+def test_held_out_score_fits_on_the_rest_and_scores_the_held_out_images(monkeypatch):
+    """The lr score of one episode: the variant's procedure on the fit part, accuracy on the held-out part."""
+    cfg = P.Config(channels=(4, 4, 8, 8), shots=3, val_shots=1, ft_steps=2, ft_lrs=(1e-4, 1e-3, 1e-2))
+    backbone = _tiny_state(n_classes=3)
+    xs, y = P.to_float(torch.randint(0, 255, (9, 28, 28), dtype=torch.uint8)), torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    calls, real = [], P.finetune
+    monkeypatch.setattr(P, "finetune", lambda start, plan, a, b, lr, steps, *r, **k: calls.append((lr, a.shape[0])) or real(start, plan, a, b, lr, steps))
+    score = P.held_out_score(cfg, backbone, "full_ft", xs, y, 3)
+    fit, val = P.split_support(y, 1)
+    start = P.prototype_head(backbone, xs[fit], y[fit], 3)
+    plan = P.plan_update(cfg, "full_ft", start, xs[fit], y[fit])
+    for lr in cfg.ft_lrs:
+        pred = P.logits(real(start, plan, xs[fit], y[fit], lr, 2), xs[val]).argmax(1)
+        assert score(lr) == pytest.approx(100.0 * sum(int(p == t) for p, t in zip(pred, y[val])) / 3)
+    assert calls == [(lr, 6) for lr in cfg.ft_lrs]
+
+
+def test_train_picks_one_lr_per_seed_by_the_mean_held_out_accuracy(monkeypatch):
+    """tune() over the grid with the episodes' mean held-out accuracy; the chosen lr refits every episode on all shots."""
+    fake = {1e-4: [30.0, 50.0], 1e-3: [60.0, 40.0], 1e-2: [70.0, 20.0]}  # per episode; means 40, 50, 45 -> 1e-3
+    count = iter(range(100))
+    monkeypatch.setattr(P, "held_out_score", lambda *a: (lambda k: (lambda lr: fake[lr][k]))(next(count)))
+    cfg = P.Config(channels=(4, 4, 8, 8), pool_per_class=6, query_per_class=4, episodes=1, ft_steps=1, ft_lrs=(1e-4, 1e-3, 1e-2))
+    g = torch.Generator().manual_seed(0)
+    d = lambda n_way: {"x_pool": torch.randint(0, 255, (6 * n_way, 28, 28), dtype=torch.uint8, generator=g),  # noqa: E731
+                       "y_pool": torch.arange(n_way).repeat(6), "x_query": torch.randint(0, 255, (4 * n_way, 28, 28), dtype=torch.uint8, generator=g),
+                       "y_query": torch.arange(n_way).repeat(4), "n_way": n_way}
+    data = {"backbone": _tiny_state(n_classes=5), "fmnist5": d(5), "mnist": d(10)}
+    model = P.train(cfg, data, "last_layer", 0, None)
+    assert model["tuning"]["tuned_lr"] == 1e-3 and model["tuning"]["grid_edge"] == 0.0
+    assert len(model["episodes"]) == 2 and all("state" in ep for ep in model["episodes"])
+
+
+def test_backward_step_costs_on_a_hand_example():
+    """y = x W^T (W trainable, x not): the backward keeps x only (for dW = g^T x) and costs 2*B*in*out FLOPs;
+    with x trainable too, dx adds another 2*B*in*out and W is then saved - but W is a weight (excluded)."""
+    from paperflow.measure import backward_step_costs
+
+    w, x = torch.randn(3, 4, requires_grad=True), torch.randn(5, 4)
+    m = backward_step_costs(lambda: (x @ w.t()).sum(), weights=[w])
+    assert m == {"bwd_flops": 2 * 5 * 4 * 3, "saved_bytes": 5 * 4 * 4}
+    x.requires_grad_(True)
+    m = backward_step_costs(lambda: (x @ w.t()).sum(), weights=[w])
+    assert m["bwd_flops"] == 2 * (2 * 5 * 4 * 3) and m["saved_bytes"] == 5 * 4 * 4
+
+
+def test_compress_prunes_the_conv_weights_globally_and_keeps_the_classifier():
+    cfg = P.Config(channels=(4, 6, 8, 8), sparsities=(0.5, 0.8))
+    state = _tiny_state()
+    model = {"variant": "full_ft", "seed": 0, "episodes": [{"state": state, "target": "mnist"}]}
+    levels = P.compress(cfg, model, None, "full_ft", 0)
+    convs = [f"{l}.weight" for l in P.LAYERS]
+    total = sum(state[n].numel() for n in convs)
+    for level, m in levels.items():
+        pruned = m["episodes"][0]["state"]
+        assert sum(int((pruned[n] == 0).sum()) for n in convs) == int(total * float(level))  # one global threshold
+        kept = torch.cat([state[n][pruned[n] != 0].abs() for n in convs])
+        gone = torch.cat([state[n][pruned[n] == 0].abs() for n in convs])
+        assert kept.min() >= gone.max()
+        for n in state:
+            if n not in convs:
+                assert torch.equal(pruned[n], state[n]), n  # biases and the classifier stay dense

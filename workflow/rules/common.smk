@@ -27,12 +27,6 @@ def paper_seeds(paper):
     return PLAN["papers"][paper]["seeds"]
 
 
-wildcard_constraints:
-    paper="|".join(PAPERS) or "NO_PAPER",
-    variant="[A-Za-z0-9_]+",
-    seed=r"\d+",
-
-
 # Thread policy: one job slot per `--cores` unit, but never more torch threads in flight than the
 # machine has CPUs. With --cores 8 on 2 CPUs a weight-1 job takes 4 slots (2 jobs at once) and runs
 # 1 torch thread; a weight-2 job (a 135M LM) takes 8 slots and runs 2 threads.
@@ -52,7 +46,7 @@ shell.prefix(
     f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH; "
     f"export PYTHONPATH={shlex.quote(str(Path(workflow.basedir) / 'src'))}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; "
     "export MLFLOW_DISABLE_TELEMETRY=true; "
-    # Run-environment values live here, not in rule params (a param is a rerun trigger): the CLI turns a
+    # Run-environment values live here, not in job params (each param is a rerun trigger): the CLI turns a
     # job's Snakemake threads into torch threads with PAPERFLOW_SLOTS_PER_CPU, so `--cores 1`, `--cores 8`
     # or a dry run without --cores rerun nothing; PAPERFLOW_SOURCES is where resource jobs read sources.
     f"export PAPERFLOW_SLOTS_PER_CPU={SLOTS_PER_CPU}; "

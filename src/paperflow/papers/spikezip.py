@@ -1,76 +1,49 @@
 """SpikeZIP-TF: "SpikeZIP-TF: Conversion is All You Need for Transformer-based SNN"
 (Kang You, Zekai Xu, Chen Nie, Zhijie Deng, Qinghai Guo, Xiang Wang, Zhezhi He), ICML 2024.
 
-Official code: https://github.com/Intelligent-Computing-Research-Group/SpikeZIP-TF
-(spike_quan_layer.py: MyQuan, IFNeuron, ORIIFNeuron, Spiking_LayerNorm, spiking_softmax, SAttention, multi,
-multi1, LLLinear; spike_quan_wrapper.py: myquan_replace, SNNWrapper, attn_convert). Read for the maths, code
-written here from scratch.
+Official code: https://github.com/Intelligent-Computing-Research-Group/SpikeZIP-TF (spike_quan_layer.py: MyQuan,
+IFNeuron, ORIIFNeuron, Spiking_LayerNorm, spiking_softmax, SAttention, multi, multi1, LLLinear;
+spike_quan_wrapper.py: myquan_replace, SNNWrapper). Read for the maths, code written from scratch; the neurons,
+the quantizer and the spike-equivalent operators are shared (paperflow.nn.spiking).
 
-What is implemented
--------------------
-1. A quantized-activation ViT (QANN), paperflow.nn.vit.ViT built with factories, with a quantizer (MyQuan /
-   LSQ-style, learnable step s, per-tensor) placed exactly where the official ``myquan_replace`` puts them:
-   after the patch-embedding conv, after every LayerNorm (norm1, norm2, final norm), on q, k, v, on the softmax
-   output (unsigned), on attn @ v, after the attention projection, before the MLP activation (unsigned) and after
-   fc2. The MLP activation is ReLU (after an unsigned quantizer ReLU is the identity, which is what the
-   official SNNWrapper relies on when it replaces nn.ReLU by nn.Identity). The residual stream is not quantized:
-   it is a sum of quantized branches (spike trains), so it stays exact. Quantizer (MyQuan.forward):
-       Q(x) = clamp(floor(x / s + 1/2), lo, hi) * s,
-       signed: [lo, hi] = [-L//2, L//2 - 1];  unsigned: [0, L - 1]          (L = cfg.levels)
-   with straight-through floor, LSQ gradient scale 1/sqrt(hi * numel) on s and the official initialisation
-   s = 2 mean|x| / sqrt(hi) on the first training batch.
-2. Conversion (compress stage) to an SNN simulated for T steps (SNNWrapper.forward, "analog" encoding): the image
-   enters at step 0 only (zeros after), biases, the class token and the positional embedding are injected at
-   step 0 only (LLLinear with steps=1; SNNWrapper zeroes pos_embed/cls_token after the first step); the logits
-   are the SUM of the head's outputs over the T steps.
-   * every quantizer becomes an ST-BIF neuron (IFNeuron): membrane V_0 = theta/2, theta = s,
-         V_t = V_{t-1} + x_t;   spike_t = +1 if V_t >= theta and S_{t-1} < hi,
-                                         -1 if V_t < 0     and S_{t-1} > lo,  else 0;
-         S_t = S_{t-1} + spike_t;  V_t <- V_t - spike_t * theta;  output spike_t * theta.
-     Once its summed input X has stopped changing, S = clamp(floor(X / theta + 1/2), lo, hi) = Q(X) / s:
-     the spike count equals the quantized activation (at most one signed spike per step, so it needs
-     enough steps);
-   * LayerNorm -> spike-equivalent LayerNorm (Spiking_LayerNorm): accumulates its input, emits
-         LN(sum_{<=t} x) - LN(sum_{<t} x)          (outputs telescope to LN of the total input);
-   * softmax -> spike-equivalent softmax (spiking_softmax): the same difference trick on the accumulated scores;
-   * Q K^T and A V -> spike-equivalent matrix products (official ``multi`` / ``multi1``): with running sums
-     Q_t = sum_{<=t} q, K_t = sum_{<=t} k, the step output Q_t k_t^T + q_t K_t^T - q_t k_t^T = Q_t K_t^T -
-     Q_{t-1} K_{t-1}^T, so the summed scores are exactly Q K^T;
-   * linear / conv layers act on spikes; their bias is added at step 0 only.
-   So EVERYTHING in the network is spiking or spike-equivalent: every activation that feeds a weight layer or a
-   matrix product is a signed spike train of an ST-BIF neuron, and the non-linear ops (LayerNorm, softmax) run
-   on accumulated inputs exactly as the official operators do. After enough steps the SNN logits equal the QANN
-   logits (tests/test_spikezip.py checks this in float64 on a tiny random ViT and the neuron alone on a
-   hand-computed input).
-3. Baseline ``rate_coded``: conversion without equivalence, the same converted graph and the same QANN weights,
-   but every ST-BIF neuron replaced by a standard IF neuron with threshold theta = s, reset by subtraction,
-   membrane starting at 0, unsigned spikes only and no bound on the spike count (ORIIFNeuron, but with the
-   membrane at 0 instead of theta/2): it implements floor instead of round, no clipping, and cannot represent
-   negative activations.
-4. ``qann``: the quantized ANN itself (no conversion); its "levels" are the unconverted QANN, so the claims table
-   can pair the SNN at T steps with the QANN of the same seed. All three variants train the same QANN with the
-   same recipe and seed (bitwise identical weights; the cost is paid three times, the model is small).
+1. QANN: paperflow.nn.vit.ViT built with factories, quantizers (MyQuan, LSQ, L = cfg.levels) where the official
+   ``myquan_replace`` puts them: after the patch conv, after every LayerNorm, on q, k, v, on the softmax output
+   (unsigned), on attn @ v, after the attention projection, before the MLP's ReLU (unsigned) and after fc2. The
+   residual stream is a sum of quantized branches (spike trains) and stays unquantized. Weights full precision
+   (official weight_bit=32).
+2. Conversion (compress): the SNN is simulated for T steps as SNNWrapper.forward ("analog" encoding): the image,
+   biases, class token and positions enter at step 0 only; logits are the SUM of the head outputs over the steps.
+   Every quantizer becomes a neuron with threshold s (nn.spiking.make_neuron); LayerNorm and softmax become their
+   spike-equivalent forms (LN / softmax of the accumulated input minus the previous step's, Spiking_LayerNorm,
+   spiking_softmax); Q K^T and A V become the official multi / multi1 (nn.spiking.step_product); the MLP's ReLU is
+   dropped (identity on an unsigned count, as SNNWrapper). With the ST-BIF neuron the spike count converges to the
+   quantized activation, so once every neuron has settled the SNN logits EQUAL the QANN logits (unit-tested in
+   float64 on random ViTs): equivalence is true by construction (reported as a fact, `exact`); whether T steps
+   suffice on real inputs is measured (`gap`, the judged headline).
+3. Baselines: the same QANN and the same converted graph with the neuron swapped (compress levels of the one
+   trained model, exposed by derive() as views "spikezip|<neuron>" paired with the SNN per seed):
+     signed_if  conventional rate-coded signed IF bounded to the quantizer's range (V0 = 0, thresholds +-theta,
+                no tracing): the fair rate-coded baseline (secondary row);
+     ori_if     the official ORIIFNeuron (V0 = theta/2, unsigned, unbounded): cannot represent the negative
+                activations of this network (control row only);
+   and "spikezip|qann": the unconverted QANN (its dense metrics at every T), the reference of synops.
+Simulation stops as soon as a step (t >= 1) emits no spike anywhere: every input is then zero, so nothing can
+change again and the sums of all longer T equal the current ones (exact); one simulation to max(timesteps) per
+neuron gives every T (cached within the evaluation job).
 
-Metrics (all on the same fixed subset of n_eval Fashion-MNIST test images): acc (top-1 %), for SNNs also
-qann_acc (the QANN on the same images), gap = qann_acc - acc (points), agree (% identical predictions), exact
-(% of images whose summed logits equal the QANN logits to 1e-6 relative), timesteps = T, and synops = measured
-synaptic operations per image: for every weight layer and spike-driven matrix product, (number of non-zero
-spikes at its input) x (fan-out of one input), summed over the T steps (the patch conv sees the analog image at
-step 0: non-zero pixels x d_model). For the QANN synops = MACs per image = paperflow.measure.count_flops / 2 (one
-synaptic op per multiply-accumulate; LayerNorm / softmax are not counted in either).
+Metrics (the same fixed n_eval test images): acc (top-1 %), for SNN levels also qann_acc, gap = qann_acc - acc
+(points), agree (% same predictions), exact (% images whose summed logits equal the QANN logits to 1e-6
+relative), timesteps = T, synops = synaptic operations per image (non-zero input spikes x fan-out of every weight
+layer and spike-driven product, summed over the steps; the patch conv sees the analog image at step 0); QANN:
+synops = MACs = FLOPs / 2 (paperflow.measure.count_flops).
 
-Substitutions for laptop scale
-------------------------------
-Paper: ViT-S/B/L (and Roberta) QANNs fine-tuned from pretrained checkpoints with distillation on ImageNet /
-CIFAR / NLP, L = 16 or 32 levels, GPU simulation until the network stops spiking (dynamic T, Judger). Here:
-a 2-block, d=48 ViT (7x7 patches) trained as a QANN from scratch on a 20k-image Fashion-MNIST subset for a few
-hundred AdamW steps, L = 16 levels, evaluated on 1000 test images at fixed T in cfg.timesteps (4..32); simulation in
-float64 (so float rounding of the telescoping sums cannot flip a quantization level), weights not quantized
-(as the official runs with weight_bit=32).
+Substitutions: a 2-block d=48 ViT (7x7 patches, ReLU MLP) trained as a QANN from scratch on 20k Fashion-MNIST
+images (a few hundred AdamW steps) instead of fine-tuned ViT-S/B/L / Roberta with distillation on ImageNet,
+CIFAR, NLP; L = 16; fixed T in cfg.timesteps (the paper runs until spiking stops); float64 simulation.
 """
 from __future__ import annotations
 
-import math
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -80,12 +53,14 @@ import torch.nn.functional as F
 from ..data.images import fashion_subsets, to_float
 from ..loop import adamw, cosine_lr, train_loop
 from ..measure import count_flops
+from ..nn.spiking import Quantizer, SimState, make_neuron, step_product
 from ..nn.vit import ViT, ViTConfig
 from ..registry import register_paper
 from ..spec import Comparison, PaperSpec, check
 
-VARIANTS = ("spikezip", "rate_coded", "qann")
-NEURONS = {"spikezip": "st_bif", "rate_coded": "if"}  # variant -> neuron of the converted SNN
+VARIANTS = ("spikezip",)
+NEURON = "st_bif"
+BASELINES = ("signed_if", "ori_if")  # rate-coded neurons of the baseline conversions (views "spikezip|<neuron>")
 
 
 @dataclass(frozen=True)
@@ -106,7 +81,7 @@ class Config:
     warmup: int = 30
     timesteps: tuple = (4, 8, 16, 32)  # SNN simulation lengths T (compression levels "T<T>")
     headline_T: int = 32  # T of the claim rows
-    close_margin: float = 0.005  # "close": SNN acc at most this fraction of the QANN acc below it
+    gap_tolerance: float = 0.5  # "zero gap": |QANN acc - SNN acc| within this many points, fixed before any run
     sim_float64: bool = True  # simulate (and evaluate the QANN) in float64
     eval_batch: int = 500
     log_every: int = 25
@@ -122,136 +97,16 @@ class Config:
         check(self.lr > 0 and self.weight_decay >= 0 and self.warmup >= 0, "lr must be > 0, weight_decay and warmup >= 0")
         check(len(self.timesteps) > 0 and all(t > 0 for t in self.timesteps), f"timesteps must be positive ints, got {self.timesteps}")
         check(self.headline_T in self.timesteps, f"headline_T must be one of timesteps {self.timesteps}, got {self.headline_T}")
-        check(0 <= self.close_margin < 1, f"close_margin must be in [0, 1), got {self.close_margin}")
+        check(self.gap_tolerance > 0, f"gap_tolerance must be > 0 (points), got {self.gap_tolerance}")
         check(self.eval_batch > 0 and self.log_every > 0, "eval_batch and log_every must be > 0")
 
 
-def level_name(T: int) -> str:
-    return f"T{T}"
-
-
-# ----------------------------------------------------------------------------------------------------
-# Quantizer (QANN) and neurons (SNN)
-
-
-def _grad_scale(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """Value x, gradient x * scale (LSQ; official grad_scale)."""
-    return (x - x * scale).detach() + x * scale
-
-
-def _floor_pass(x: torch.Tensor) -> torch.Tensor:
-    """floor with a straight-through gradient (official floor_pass)."""
-    return (x.floor() - x).detach() + x
-
-
-def bounds(levels: int, signed: bool) -> tuple[int, int]:
-    """Integer range of the quantizer / spike count (MyQuan.__init__, IFNeuron.__init__)."""
-    return (-(levels // 2), levels // 2 - 1) if signed else (0, levels - 1)
-
-
-class Quantizer(nn.Module):
-    """MyQuan: Q(x) = clamp(floor(x/s + 1/2), lo, hi) * s with a learnable step s (LSQ).
-
-    In SNN simulation (`self.neuron` set by start_sim) the same module acts as the neuron that replaces it;
-    the threshold of the neuron is s."""
-
-    def __init__(self, levels: int, signed: bool) -> None:
-        super().__init__()
-        self.signed = signed
-        self.lo, self.hi = bounds(levels, signed)
-        self.s = nn.Parameter(torch.tensor(1.0))
-        self.register_buffer("initialized", torch.tensor(0.0))
-        self.neuron = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.neuron is not None:
-            return self.neuron.step(x)
-        if self.training and float(self.initialized) == 0.0:  # official init: 2 mean|x| / sqrt(hi)
-            self.s.data.fill_(float(2 * x.detach().abs().mean() / math.sqrt(self.hi)))
-            self.initialized.fill_(1.0)
-        s = _grad_scale(self.s, 1.0 / math.sqrt(self.hi * x.numel()))
-        return torch.clamp(_floor_pass(x / s + 0.5), self.lo, self.hi) * s
-
-
-class STBIFNeuron:
-    """Spike-equivalent signed IF neuron (official IFNeuron): V_0 = theta/2, at most one +-1 spike per step,
-    spike count S kept in [lo, hi]; output spike * theta. The count converges to Q(sum of inputs) / theta."""
-
-    def __init__(self, theta: torch.Tensor, lo: int, hi: int) -> None:
-        self.theta, self.lo, self.hi = theta, lo, hi
-        self.v = None  # membrane in units of theta
-        self.count = None  # S, the summed spikes
-        self.spikes = 0  # |spikes| emitted (all steps, all elements)
-
-    def step(self, x: torch.Tensor) -> torch.Tensor:
-        u = x / self.theta
-        if self.v is None:
-            self.v = torch.full_like(u, 0.5)
-            self.count = torch.zeros_like(u)
-        self.v = self.v + u
-        pos = (self.v >= 1.0) & (self.count < self.hi)
-        neg = (self.v < 0.0) & (self.count > self.lo)
-        spike = pos.to(u.dtype) - neg.to(u.dtype)
-        self.count = self.count + spike
-        self.v = self.v - spike
-        self.spikes += int(pos.sum()) + int(neg.sum())
-        return spike * self.theta
-
-
-class IFNeuron:
-    """Rate-coded baseline: standard IF neuron, threshold theta, reset by subtraction, V_0 = 0, unsigned spikes,
-    no bound on the spike count (ORIIFNeuron with the membrane at 0)."""
-
-    def __init__(self, theta: torch.Tensor, lo: int = 0, hi: int = 0) -> None:
-        self.theta = theta
-        self.v = None
-        self.count = None
-        self.spikes = 0
-
-    def step(self, x: torch.Tensor) -> torch.Tensor:
-        u = x / self.theta
-        if self.v is None:
-            self.v = torch.zeros_like(u)
-            self.count = torch.zeros_like(u)
-        self.v = self.v + u
-        spike = (self.v >= 1.0).to(u.dtype)
-        self.v = self.v - spike
-        self.count = self.count + spike
-        self.spikes += int(spike.sum())
-        return spike * self.theta
-
-
-def make_neuron(kind: str, quan: Quantizer):
-    theta = quan.s.detach()
-    if kind == "st_bif":
-        return STBIFNeuron(theta, quan.lo, quan.hi)
-    if kind == "if":
-        return IFNeuron(theta)
-    raise ValueError(f"spikezip: unknown neuron {kind!r} (st_bif | if)")
+def level_name(T: int, neuron: str = NEURON) -> str:
+    return f"T{T}" if neuron == NEURON else f"{neuron}_T{T}"
 
 
 def _nnz(x: torch.Tensor) -> int:
     return int(torch.count_nonzero(x))
-
-
-class _SimState:
-    """Per-module simulation state: step counter, running sums, synaptic-op counter."""
-
-    def reset(self) -> None:
-        self.t = 0
-        self.acc: dict[str, torch.Tensor] = {}
-        self.synops = 0
-
-    def add(self, key: str, x: torch.Tensor) -> torch.Tensor:
-        """Running sum of x under key (including this step), returned."""
-        self.acc[key] = self.acc[key] + x if key in self.acc else x
-        return self.acc[key]
-
-    def diff(self, key: str, y: torch.Tensor) -> torch.Tensor:
-        """y - (value of y at the previous step, 0 at the first): the spike-equivalent non-linearity output."""
-        prev = self.acc.get(key)
-        self.acc[key] = y
-        return y if prev is None else y - prev
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -259,21 +114,18 @@ class _SimState:
 
 
 class QNorm(nn.Module):
-    """LayerNorm followed by a signed quantizer; in simulation the spiking LayerNorm (Spiking_LayerNorm):
-    LN of the accumulated input, minus the previous step's LN, then the neuron."""
+    """LayerNorm followed by a signed quantizer; in simulation the spiking LayerNorm (Spiking_LayerNorm)."""
 
     def __init__(self, dim: int, levels: int) -> None:
         super().__init__()
         self.ln = nn.LayerNorm(dim)
         self.quan = Quantizer(levels, signed=True)
-        self.sim: _SimState | None = None
+        self.sim: SimState | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sim is None:
             return self.quan(self.ln(x))
-        y = self.sim.diff("y", self.ln(self.sim.add("x", x)))
-        self.sim.t += 1
-        return self.quan(y)
+        return self.quan(self.sim.through("ln", self.ln, x))
 
 
 class QAttention(nn.Module):
@@ -291,44 +143,37 @@ class QAttention(nn.Module):
         self.quan_attn = Quantizer(levels, signed=False)
         self.quan_out = Quantizer(levels, signed=True)
         self.quan_proj = Quantizer(levels, signed=True)
-        self.sim: _SimState | None = None
+        self.sim: SimState | None = None
 
-    def _split(self, x: torch.Tensor, bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _qkv(self, x: torch.Tensor, bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, N, D = x.shape
         qkv = F.linear(x, self.qkv.weight, self.qkv.bias if bias else None)
-        return qkv.view(B, N, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, N, hd)
+        q, k, v = qkv.view(B, N, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, N, hd)
+        return self.quan_q(q) * self.scale, self.quan_k(k), self.quan_v(v)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, N, D = x.shape
         if self.sim is None:
-            q, k, v = self._split(x, True)
-            q, k, v = self.quan_q(q) * self.scale, self.quan_k(k), self.quan_v(v)
+            q, k, v = self._qkv(x, True)
             attn = self.quan_attn((q @ k.transpose(-2, -1)).softmax(dim=-1))
-            y = self.quan_out(attn @ v).transpose(1, 2).reshape(B, N, D)
-            return self.quan_proj(self.proj(y))
+            return self.quan_proj(self.proj(self.quan_out(attn @ v).transpose(1, 2).reshape(B, N, D)))
         st, first = self.sim, self.sim.t == 0
         st.synops += _nnz(x) * 3 * D  # qkv on input spikes
-        q, k, v = self._split(x, first)
-        q, k, v = self.quan_q(q) * self.scale, self.quan_k(k), self.quan_v(v)  # this step's spikes (x theta)
+        q, k, v = self._qkv(x, first)  # this step's spikes (x theta)
         Q, K, V = st.add("q", q), st.add("k", k), st.add("v", v)  # running sums including this step
-        st.synops += (_nnz(q) + _nnz(k)) * N
-        scores = Q @ k.transpose(-2, -1) + q @ K.transpose(-2, -1) - q @ k.transpose(-2, -1)  # official multi
-        a_in = st.diff("softmax", st.add("scores", scores).softmax(dim=-1))  # spiking_softmax
-        a = self.quan_attn(a_in)
-        A = st.add("a", a)
-        st.synops += _nnz(v) * N + _nnz(a) * self.head_dim
-        o = A @ v + a @ V - a @ v  # official multi1
-        y = self.quan_out(o).transpose(1, 2).reshape(B, N, D)
+        st.synops += (_nnz(q) + _nnz(k)) * N + _nnz(v) * N
+        scores = step_product(Q, q, K.transpose(-2, -1), k.transpose(-2, -1))  # official multi
+        a = self.quan_attn(st.through("softmax", lambda z: z.softmax(dim=-1), scores))  # spiking_softmax
+        st.synops += _nnz(a) * self.head_dim
+        y = self.quan_out(step_product(st.add("a", a), a, V, v)).transpose(1, 2).reshape(B, N, D)  # official multi1
         st.synops += _nnz(y) * D
-        p = F.linear(y, self.proj.weight, self.proj.bias if first else None)
         st.t += 1
-        return self.quan_proj(p)
+        return self.quan_proj(F.linear(y, self.proj.weight, self.proj.bias if first else None))
 
 
 class QMLP(nn.Module):
     """fc1 -> unsigned quantizer -> ReLU -> fc2 -> signed quantizer (myquan_replace on Mlp). In simulation the
-    ReLU is dropped (identity on an unsigned spike count; SNNWrapper maps nn.ReLU to Identity) and biases enter
-    at step 0."""
+    ReLU is dropped (identity on an unsigned spike count) and biases enter at step 0."""
 
     def __init__(self, dim: int, hidden: int, levels: int) -> None:
         super().__init__()
@@ -336,7 +181,7 @@ class QMLP(nn.Module):
         self.fc2 = nn.Linear(hidden, dim)
         self.quan_h = Quantizer(levels, signed=False)
         self.quan_o = Quantizer(levels, signed=True)
-        self.sim: _SimState | None = None
+        self.sim: SimState | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sim is None:
@@ -365,27 +210,22 @@ def build_model(arch: dict) -> ViT:
 # SNN simulation
 
 
-def start_sim(net: ViT, neuron: str) -> None:
-    """Convert in place: every quantizer becomes a fresh neuron, every module gets a fresh simulation state."""
+def _set_sim(net: ViT, neuron: str | None) -> None:
+    """Convert in place (a fresh neuron per quantizer, a fresh SimState per module), or back (neuron None)."""
     for m in net.modules():
         if isinstance(m, Quantizer):
-            m.neuron = make_neuron(neuron, m)
+            m.neuron = None if neuron is None else make_neuron(neuron, m)
         if hasattr(m, "sim"):
-            m.sim = _SimState()
-            m.sim.reset()
+            m.sim = None if neuron is None else SimState()
     net._sim_synops = 0  # patch conv and head
-
-
-def stop_sim(net: ViT) -> None:
-    for m in net.modules():
-        if isinstance(m, Quantizer):
-            m.neuron = None
-        if hasattr(m, "sim"):
-            m.sim = None
 
 
 def sim_synops(net: ViT) -> int:
     return net._sim_synops + sum(m.sim.synops for m in net.modules() if getattr(m, "sim", None) is not None)
+
+
+def _spikes(net: ViT) -> int:
+    return sum(m.neuron.spikes for m in net.modules() if isinstance(m, Quantizer))
 
 
 def snn_step(net: ViT, x_t: torch.Tensor, t: int) -> torch.Tensor:
@@ -394,8 +234,7 @@ def snn_step(net: ViT, x_t: torch.Tensor, t: int) -> torch.Tensor:
     conv, quan = net.patch.proj[0], net.patch.proj[1]
     first = t == 0
     net._sim_synops += _nnz(x_t) * conv.out_channels  # non-overlapping patches: fan-out d_model per pixel
-    z = F.conv2d(x_t, conv.weight, conv.bias if first else None, stride=conv.stride)
-    x = quan(z.flatten(2).transpose(1, 2))  # (B, N, D) spikes
+    x = quan(F.conv2d(x_t, conv.weight, conv.bias if first else None, stride=conv.stride).flatten(2).transpose(1, 2))
     cls = net.cls_token.expand(x.shape[0], -1, -1)
     x = torch.cat([cls if first else torch.zeros_like(cls), x], dim=1)
     if first:
@@ -408,16 +247,27 @@ def snn_step(net: ViT, x_t: torch.Tensor, t: int) -> torch.Tensor:
 
 
 @torch.no_grad()
+def simulate_all(net: ViT, images: torch.Tensor, timesteps, neuron: str) -> dict[int, tuple[torch.Tensor, int]]:
+    """{T: (summed logits over T steps, synaptic ops of the batch)} for every T in timesteps, from one
+    simulation; it stops once a step t >= 1 emits no spike anywhere (then every later step is exactly zero)."""
+    _set_sim(net, neuron)
+    try:
+        out, logits, silent = {}, torch.zeros(images.shape[0], net.head.out_features, dtype=images.dtype), False
+        for t in range(max(timesteps)):
+            if not silent:
+                before = _spikes(net)
+                logits = logits + snn_step(net, images if t == 0 else torch.zeros_like(images), t)
+                silent = t >= 1 and _spikes(net) == before
+            if t + 1 in timesteps:
+                out[t + 1] = (logits.clone(), sim_synops(net))
+        return out
+    finally:
+        _set_sim(net, None)
+
+
 def simulate(net: ViT, images: torch.Tensor, T: int, neuron: str) -> tuple[torch.Tensor, int]:
     """Summed logits over T steps and the synaptic ops of the whole batch."""
-    start_sim(net, neuron)
-    try:
-        logits = torch.zeros(images.shape[0], net.head.out_features, dtype=images.dtype)
-        for t in range(T):
-            logits = logits + snn_step(net, images if t == 0 else torch.zeros_like(images), t)
-        return logits, sim_synops(net)
-    finally:
-        stop_sim(net)
+    return simulate_all(net, images, (T,), neuron)[T]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -436,7 +286,7 @@ def _arch(cfg: Config) -> dict:
 
 
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
-    """Quantization-aware training of the QANN (same recipe and seed for every variant -> identical weights)."""
+    """Quantization-aware training of the QANN (AdamW, cosine, clip 1; quantizer steps s without decay)."""
     if variant not in VARIANTS:
         raise ValueError(f"spikezip: unknown variant {variant!r}; known {VARIANTS}")
     torch.manual_seed(seed)
@@ -449,27 +299,18 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
         idx = torch.randint(0, x.shape[0], (cfg.batch_size,), generator=gen)
         return to_float(x[idx]), y[idx]
 
-    def loss_fn(batch):
-        xb, yb = batch
-        return F.cross_entropy(net(xb), yb)
-
-    opt = adamw(net, cfg.lr, cfg.weight_decay, no_decay=lambda name, p: name.endswith(".s"))  # quantizer steps s: no decay
-    train_loop(list(net.parameters()), batch_fn, loss_fn, opt, cfg.steps, log=log, log_every=cfg.log_every,
-               lr_fn=lambda step: cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup), clip_norm=1.0, modules=[net])
+    opt = adamw(net, cfg.lr, cfg.weight_decay, no_decay=lambda name, p: name.endswith(".s"))
+    train_loop(list(net.parameters()), batch_fn, lambda b: F.cross_entropy(net(b[0]), b[1]), opt, cfg.steps, log=log,
+               log_every=cfg.log_every, lr_fn=lambda step: cosine_lr(step, cfg.steps, cfg.lr, cfg.warmup), clip_norm=1.0,
+               modules=[net])
     return {"state": {k: v.detach().clone() for k, v in net.state_dict().items()}, "arch": arch, "kind": "qann"}
 
 
 def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
-    """ANN-to-SNN conversion at each T: spikezip -> ST-BIF neurons + spike-equivalent operators, rate_coded ->
-    standard IF neurons in the same graph; qann -> the unconverted QANN (the reference of the gap)."""
-    out = {}
-    for T in cfg.timesteps:
-        if variant == "qann":
-            out[level_name(T)] = dict(model)
-        else:
-            out[level_name(T)] = {"state": model["state"], "arch": model["arch"], "kind": "snn",
-                                  "neuron": NEURONS[variant], "T": int(T)}
-    return out
+    """ANN-to-SNN conversion at each T: ST-BIF neurons + spike-equivalent operators (levels "T<T>"), and the
+    baseline conversions of the same QANN with rate-coded neurons (levels "<neuron>_T<T>")."""
+    return {level_name(T, n): {"state": model["state"], "arch": model["arch"], "kind": "snn", "neuron": n, "T": int(T)}
+            for n in (NEURON,) + BASELINES for T in cfg.timesteps}
 
 
 def _load(model: dict, dtype: torch.dtype) -> ViT:
@@ -478,9 +319,21 @@ def _load(model: dict, dtype: torch.dtype) -> ViT:
     return net.to(dtype).eval()
 
 
-@torch.no_grad()
-def _qann_logits(net: ViT, images: torch.Tensor, batch: int) -> torch.Tensor:
-    return torch.cat([net(images[a:a + batch]) for a in range(0, images.shape[0], batch)])
+_SIM_CACHE: dict = {}
+
+
+def _simulated(cfg: Config, model: dict, net: ViT, images: torch.Tensor) -> dict[int, tuple[torch.Tensor, float]]:
+    """{T: (logits, synops)} over all eval images for this model's weights and neuron, simulated once per job."""
+    h = hashlib.sha1()
+    for k, v in sorted(model["state"].items()):
+        h.update(k.encode() + v.detach().cpu().numpy().tobytes())
+    key = (h.hexdigest(), model["neuron"], tuple(cfg.timesteps), images.shape[0], cfg.eval_batch, str(images.dtype))
+    if key not in _SIM_CACHE:
+        _SIM_CACHE.clear()  # one model at a time
+        chunks = [simulate_all(net, images[a:a + cfg.eval_batch], cfg.timesteps, model["neuron"])
+                  for a in range(0, images.shape[0], cfg.eval_batch)]
+        _SIM_CACHE[key] = {T: (torch.cat([c[T][0] for c in chunks]), float(sum(c[T][1] for c in chunks))) for T in cfg.timesteps}
+    return _SIM_CACHE[key]
 
 
 @torch.no_grad()
@@ -488,36 +341,55 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
     dtype = torch.float64 if cfg.sim_float64 else torch.float32
     net = _load(model, dtype)
     images, y = to_float(data["x_eval"]).to(dtype), data["y_eval"]
-    n = images.shape[0]
-    ref = _qann_logits(net, images, cfg.eval_batch)
+    ref = torch.cat([net(images[a:a + cfg.eval_batch]) for a in range(0, images.shape[0], cfg.eval_batch)])
     qann_acc = 100.0 * float((ref.argmax(-1) == y).float().mean())
     if model.get("kind") != "snn":
         macs = count_flops(net, images[:1]) / 2  # one synaptic op per multiply-accumulate
         return {"acc": qann_acc, "synops": float(macs), "flops": float(2 * macs), "timesteps": 1.0}
-    T, synops, chunks = model["T"], 0, []
-    for a in range(0, n, cfg.eval_batch):
-        logits, ops = simulate(net, images[a:a + cfg.eval_batch], T, model["neuron"])
-        chunks.append(logits)
-        synops += ops
-    logits = torch.cat(chunks)
+    logits, synops = _simulated(cfg, model, net, images)[model["T"]]
     pred = logits.argmax(-1)
     acc = 100.0 * float((pred == y).float().mean())
     exact = ((logits - ref).abs() <= 1e-6 * (1.0 + ref.abs())).all(dim=-1)
-    return {"acc": acc, "qann_acc": qann_acc, "gap": qann_acc - acc,
-            "agree": 100.0 * float((pred == ref.argmax(-1)).float().mean()),
-            "exact": 100.0 * float(exact.float().mean()), "timesteps": float(T), "synops": synops / n}
+    return {"acc": acc, "qann_acc": qann_acc, "gap": qann_acc - acc, "agree": 100.0 * float((pred == ref.argmax(-1)).float().mean()),
+            "exact": 100.0 * float(exact.float().mean()), "timesteps": float(model["T"]), "synops": synops / images.shape[0]}
+
+
+def derive(cfg: Config, rows: list[dict]) -> list[dict]:
+    """Views paired per seed with the SNN (same QANN, same images): "spikezip|<neuron>" = the conversion with that
+    rate-coded neuron (its "<neuron>_T<T>" levels renamed "T<T>"), "spikezip|qann" = the unconverted QANN (its dense
+    metrics at every "T<T>")."""
+    out = list(rows)
+    for r in rows:
+        if r["variant"] != "spikezip":
+            continue
+        dense = {k[len("dense/"):]: v for k, v in r.items() if k.startswith("dense/")}
+        base = {"paper": r["paper"], "seed": r["seed"], **{f"dense/{k}": v for k, v in dense.items()}}
+        for n in BASELINES:
+            view = {f"compressed@{level_name(T)}/{k.split('/', 1)[1]}": v for T in cfg.timesteps
+                    for k, v in r.items() if k.startswith(f"compressed@{level_name(T, n)}/")}
+            out.append({**base, "variant": f"spikezip|{n}", **view})
+        out.append({**base, "variant": "spikezip|qann",
+                    **{f"compressed@{level_name(T)}/{k}": v for T in cfg.timesteps for k, v in dense.items()}})
+    return out
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    head = level_name(cfg.headline_T)
-    rows = [Comparison(metric="acc", method="spikezip", baseline="qann", better="higher", kind="close",
-                       margin=cfg.close_margin, stage="compressed", level=head,
-                       text=f"SpikeZIP SNN accuracy equals its QANN after T={cfg.headline_T} steps (zero gap)")]
-    for T in cfg.timesteps:
-        rows.append(Comparison(metric="gap", method="spikezip", baseline="rate_coded", better="lower",
-                               stage="compressed", level=level_name(T),
-                               text=f"SpikeZIP has a lower ANN-SNN accuracy gap than rate-coded IF conversion at T={T}"))
-    return rows
+    T, lv = cfg.headline_T, level_name(cfg.headline_T)
+    return [
+        Comparison("gap", "spikezip", "spikezip|qann", kind="matches", target=0.0, tolerance=cfg.gap_tolerance, stage="compressed", level=lv,
+                   role="headline", text=f"zero gap: the SpikeZIP SNN (ST-BIF, T={T}) has its QANN's accuracy (|gap| < "
+                                         f"{cfg.gap_tolerance} points)"),
+        Comparison("gap", "spikezip", "spikezip|signed_if", better="lower", stage="compressed", level=lv, role="secondary",
+                   text=f"SpikeZIP's ANN-SNN gap is lower than converting the same QANN with bounded signed rate-coded IF "
+                        f"neurons (V0 = 0, +-theta) at T={T}"),
+        Comparison("gap", "spikezip", "spikezip|ori_if", better="lower", stage="compressed", level=lv, role="control",
+                   text=f"control: vs the official unsigned ORIIFNeuron (cannot carry negative activations) at T={T}"),
+        Comparison("exact", "spikezip", "spikezip|signed_if", stage="compressed", level=lv, role="fact",
+                   text=f"% of test images whose SNN logits equal the QANN logits at T={T} (ST-BIF: equivalence by "
+                        "construction once every neuron has settled) vs the signed rate-coded IF conversion"),
+        Comparison("synops", "spikezip", "spikezip|qann", stage="compressed", level=lv, role="fact",
+                   text=f"synaptic operations per image: SNN at T={T} vs the QANN's multiply-accumulates"),
+    ]
 
 
 SPEC = register_paper(PaperSpec(
@@ -526,19 +398,20 @@ SPEC = register_paper(PaperSpec(
     claim="zero gap",
     Config=Config,
     variants=VARIANTS,
-    prepare=prepare, train=train, compress=compress, evaluate=evaluate, comparisons=comparisons,
+    prepare=prepare, train=train, compress=compress, evaluate=evaluate, comparisons=comparisons, derive=derive,
     resources=("fashion_mnist",),
-    data="Fashion-MNIST: a fixed 20k-image training subset; every QANN and SNN is evaluated on the same fixed "
+    data="Fashion-MNIST: a fixed 20k-image training subset; the QANN and every SNN are evaluated on the same fixed "
          "1000 test images",
     substitutions="Paper: ViT-S/B/L and Roberta QANNs fine-tuned from pretrained checkpoints with distillation "
                   "(ImageNet, CIFAR, NLP), 16-32 levels, GPU simulation until spiking stops. Here: a 2-block d=48 "
                   "ViT (7x7 patches, ReLU MLP) trained as a QANN from scratch (AdamW, a few hundred steps), 16 levels, "
                   "fixed T in {4,8,16,32}, float64 simulation on 1000 test images; weights full precision (as the "
-                  "official weight_bit=32); all three variants train the identical QANN (same seed and recipe)",
+                  "official weight_bit=32); the baseline conversions use the same trained QANN",
     compression="ANN-to-SNN conversion: every quantizer -> ST-BIF neuron (theta = step, V0 = theta/2, signed spikes, "
                 "count bounded by the quantizer levels), LayerNorm/softmax/QK^T/AV -> spike-equivalent operators on "
-                "accumulated inputs, simulated for T steps; rate_coded: same graph with standard IF neurons "
-                "(V0 = 0, unsigned, unbounded); qann: unconverted reference",
+                "accumulated inputs, simulated for T steps; baseline levels: the same graph with bounded signed "
+                "rate-coded IF neurons and with the official unsigned ORIIFNeuron",
     tradeoff=("synops", "acc"),
+    fidelity="official-code",
     weight=1,
 ))
