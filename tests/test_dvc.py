@@ -44,3 +44,10 @@ def test_dvc_reads_the_pipeline():
 def test_snakemake_lint_is_clean():
     proc = subprocess.run([PYTHON, "-m", "snakemake", "--lint", "--config", "profile=smoke"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "in a good condition" in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_no_stale_dvc_lock_is_committed():
+    """dvc.lock records hashes of results made on a user's machine; a committed one goes stale with every code
+    change and makes `dvc status` on a fresh clone flag every stage (README "DVC")."""
+    tracked = subprocess.run(["git", "ls-files", "dvc.lock"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert tracked.strip() == "", "dvc.lock is tracked by git: `git rm --cached dvc.lock`"
