@@ -137,7 +137,7 @@ def test_pareto_gap_by_hand_and_derive():
     out = P.derive(cfg, rows)
     assert [r["dense/pareto"] for r in out if r["variant"] == "adaptive"] == pytest.approx([0.01, 0.01])
     assert {r["dense/pareto"] for r in out if r["variant"] != "adaptive"} == {0.0}
-    assert all("compressed@int8/pareto" not in r for r in out)  # no int8 columns given
+    assert all("compressed:int8/pareto" not in r for r in out)  # no int8 columns given
 
 
 def test_int8_linear_equals_the_dequantized_linear():
@@ -201,14 +201,14 @@ def test_spec_path_on_a_tiny_llama(tmp_path):
         assert ("int8_speedup" in int8) == (v == "adaptive") and "int8_speedup" not in dense
         assert int8["human_coherence"] == dense["human_coherence"]  # the same fp32 evaluator and reference
         rows.append({"variant": v, "seed": 0, **{f"dense/{k}": x for k, x in dense.items()},
-                     **{f"compressed@int8/{k}": x for k, x in int8.items()}})
+                     **{f"compressed:int8/{k}": x for k, x in int8.items()}})
         for m in (dense, int8):
             assert 0 <= m["diversity"] <= 1 and -1 <= m["coherence"] <= 1 and m["ppl"] > 0
     out = {r["variant"]: r for r in P.derive(cfg, rows)}
     t8, t32 = out["ref|int8_weights"]["dense/decode_step_s"], out["ref|fp32_weights"]["dense/decode_step_s"]
-    assert t8 > 0 and t32 > 0 and rows[-1]["compressed@int8/int8_speedup"] == pytest.approx(t32 / t8)
-    assert out["adaptive"]["compressed@int8/pareto"] == pytest.approx(
-        P.pareto_gap(cfg, out["adaptive"], [out["top_p"], out["typical"]], "compressed@int8"))
+    assert t8 > 0 and t32 > 0 and rows[-1]["compressed:int8/int8_speedup"] == pytest.approx(t32 / t8)
+    assert out["adaptive"]["compressed:int8/pareto"] == pytest.approx(
+        P.pareto_gap(cfg, out["adaptive"], [out["top_p"], out["typical"]], "compressed:int8"))
     # the int8 model differs from the fp32 one, but only slightly
     lm8 = P.frozen_smollm2_int8(data["model_dir"])
     w, w8 = lm.model.layers[0].mlp.up_proj.weight, lm8.model.layers[0].mlp.up_proj.weight

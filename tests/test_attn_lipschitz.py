@@ -143,9 +143,9 @@ def test_stages_on_a_tiny_llama(tmp_path):
         m = P.evaluate(cfg, pruned, data)
         assert math.isfinite(m["exp_tight"]) and "exp_late" not in m  # the knee sweep runs on dense models only
     rows = [{"paper": "attn_lipschitz", "variant": "smollm2", "seed": 1, "dense/exp_tight": 0.4,
-             "compressed@0.50/exp_tight": 0.45}]
+             "compressed:0.50/exp_tight": 0.45}]
     views = {r["variant"]: r for r in P.derive(cfg, rows)}
-    assert views["smollm2|theory"]["dense/exp_tight"] == 0.5 and views["smollm2|theory"]["compressed@0.50/exp_tight"] == 0.5
+    assert views["smollm2|theory"]["dense/exp_tight"] == 0.5 and views["smollm2|theory"]["compressed:0.50/exp_tight"] == 0.5
     assert views["smollm2|bound"]["dense/lip_over_bound"] == 1.0
     for c in P.comparisons(cfg):
         assert c.method in P.VARIANTS and c.baseline in {f"{v}|{k}" for v in P.VARIANTS for k in ("theory", "bound")}

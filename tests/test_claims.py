@@ -40,7 +40,7 @@ def test_close_claim_uses_relative_margin():
 def test_claims_rows_pair_by_seed():
     table = pl.DataFrame({
         "variant": ["m", "m", "m", "b", "b", "b"], "seed": [0, 1, 2, 0, 1, 2],
-        "dense/loss": [1.0, 1.1, 0.9, 1.5, 1.6, 1.4], "compressed@0.50/loss": [2.0, 2.0, 2.0, 3.0, 3.0, 3.0],
+        "dense/loss": [1.0, 1.1, 0.9, 1.5, 1.6, 1.4], "compressed:0.50/loss": [2.0, 2.0, 2.0, 3.0, 3.0, 3.0],
     })
     spec = PaperSpec(id="demo", title="t", claim="m below b", Config=dict, variants=("m", "b"), prepare=None, train=None,
                      evaluate=None, comparisons=lambda cfg: [Comparison("loss", "m", "b")])

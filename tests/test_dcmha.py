@@ -196,7 +196,7 @@ def test_spec_end_to_end_on_synthetic_text(tmp_path):
     rows = spec.comparisons(cfg)
     assert [r.role for r in rows].count("headline") == 1 and rows[0].baseline == "mha"
     assert [(r.baseline, r.role) for r in rows[1:4]] == [("mha_2x", "secondary"), ("mha", "control"), ("mha", "control")]
-    assert rows[3].column == "compressed@int8/val_loss" and {r.metric for r in rows if r.role == "fact"} == {"n_params", "flops"}
+    assert rows[3].column == "compressed:int8/val_loss" and {r.metric for r in rows if r.role == "fact"} == {"n_params", "flops"}
 
 
 def test_flops_fact_counts_dcmha_overhead_by_hand():

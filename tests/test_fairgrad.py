@@ -148,15 +148,15 @@ def test_delta_m_hand_example():
     assert fg.delta_m([90.0, 88.0], [100.0, 80.0], [True, True]) == pytest.approx(0.0)
     assert fg.delta_m([90.0, 80.0], [100.0, 80.0], [True, True]) == pytest.approx(5.0)
     rows = [
-        {"variant": "stl_a", "seed": 0, "dense/acc_a": 100.0, "compressed@0.50/acc_a": 50.0},
-        {"variant": "stl_b", "seed": 0, "dense/acc_b": 80.0, "compressed@0.50/acc_b": 40.0},
+        {"variant": "stl_a", "seed": 0, "dense/acc_a": 100.0, "compressed:0.50/acc_a": 50.0},
+        {"variant": "stl_b", "seed": 0, "dense/acc_b": 80.0, "compressed:0.50/acc_b": 40.0},
         {"variant": "ls", "seed": 0, "dense/acc_a": 90.0, "dense/acc_b": 80.0,
-         "compressed@0.50/acc_a": 50.0, "compressed@0.50/acc_b": 44.0},
+         "compressed:0.50/acc_a": 50.0, "compressed:0.50/acc_b": 44.0},
         {"variant": "ls", "seed": 1, "dense/acc_a": 90.0, "dense/acc_b": 80.0},  # no STL of seed 1
     ]
     out = fg.derive(fg.Config(), rows)
     assert out[2]["dense/delta_m"] == pytest.approx(5.0)
-    assert out[2]["compressed@0.50/delta_m"] == pytest.approx(-5.0)
+    assert out[2]["compressed:0.50/delta_m"] == pytest.approx(-5.0)
     assert "dense/delta_m" not in out[3] and "dense/delta_m" not in out[0]
     assert "dense/delta_m" not in rows[2]  # inputs are not mutated
 
@@ -173,7 +173,7 @@ def test_config_validation_and_comparisons():
     rows = fg.comparisons(cfg)
     assert [(r.baseline, r.column, r.role) for r in rows] == [
         (fg.BEST, "dense/delta_m", "headline"), ("ls", "dense/delta_m", "secondary"), ("mgda", "dense/delta_m", "secondary"),
-        ("pcgrad", "dense/delta_m", "secondary"), ("ls", "compressed@0.90/delta_m", "control")]
+        ("pcgrad", "dense/delta_m", "secondary"), ("ls", "compressed:0.90/delta_m", "control")]
     assert {g.variant for g in rows[0].gates} == {"fairgrad", fg.BEST}
 
 
@@ -236,9 +236,9 @@ def test_end_to_end_through_spec(tmp_path):
             trunk = {k: v for k, v in comp["state"].items() if k.startswith("trunk.") and v.dim() >= 2}
             assert sum(int((v == 0).sum()) for v in trunk.values()) >= float(level) * sum(v.numel() for v in trunk.values()) - 1
             assert torch.equal(comp["state"]["heads.0.weight"], model["state"]["heads.0.weight"])
-            row.update({f"compressed@{level}/{k}": v for k, v in spec.evaluate(cfg, comp, data).items()})
+            row.update({f"compressed:{level}/{k}": v for k, v in spec.evaluate(cfg, comp, data).items()})
         rows.append(row)
-    assert set(rows[0]) >= {"dense/acc_a", "dense/acc_b", "compressed@0.90/acc_b"}
+    assert set(rows[0]) >= {"dense/acc_a", "dense/acc_b", "compressed:0.90/acc_b"}
     assert "dense/acc_b" not in rows[spec.variants.index("stl_a")]
     assert rows[0]["dense/tuned_lr"] == data["tuning"][spec.variants[0]]["tuned_lr"]
     assert any("train/grad_norm_shared" in m for m in logged)
@@ -246,7 +246,7 @@ def test_end_to_end_through_spec(tmp_path):
     assert sum(r["variant"] == fg.BEST for r in out) == 1
     for r in out:
         if r["variant"] in fg.MTL_VARIANTS:
-            assert all(math.isfinite(r[f"{s}/delta_m"]) for s in ("dense", "compressed@0.50", "compressed@0.90"))
+            assert all(math.isfinite(r[f"{s}/delta_m"]) for s in ("dense", "compressed:0.50", "compressed:0.90"))
     # bit-identical per seed
     torch.manual_seed(0)
     again = spec.train(cfg, data, "pcgrad", 0, lambda step, **m: None)

@@ -112,7 +112,7 @@ def test_config_validation_and_comparisons():
     assert ("fedlmt", "fedavg", "dense/acc", "close") in cols
     assert ("fedlmt", "heterofl", "dense/acc", "better") in cols
     assert ("pfedlmt", "fedlmt", "dense/personal_acc", "better") in cols
-    assert ("fedlmt", "fedavg", "compressed@svd0.25/acc", "better") in cols
+    assert ("fedlmt", "fedavg", "compressed:svd0.25/acc", "better") in cols
     rows = P.comparisons(P.Config())
     head = [r for r in rows if r.role == "headline"]
     assert len(head) == 1 and (head[0].method, head[0].baseline) == ("fedlmt", "heterofl")

@@ -136,7 +136,7 @@ def test_derive_views_average_the_two_classes():
     rows = []
     for cls, base in (("relu", 1.0), ("exp", 10.0)):
         m = {f"dense/{a}.rel_err": base + k for k, a in enumerate(P.MODELS)}
-        m.update({f"compressed@0.50/{a}.rel_err": 2 * base + k for k, a in enumerate(P.MODELS)})
+        m.update({f"compressed:0.50/{a}.rel_err": 2 * base + k for k, a in enumerate(P.MODELS)})
         rows.append({"paper": "icl_functional_gd", "variant": f"on_{cls}", "seed": 0, **m})
     out = {r["variant"]: r for r in P.derive(P.Config(), rows)}
     k = {a: i for i, a in enumerate(P.MODELS)}
@@ -144,7 +144,7 @@ def test_derive_views_average_the_two_classes():
     # matched: relu on K_relu (1 + k_relu), exp on K_exp (10 + k_exp); swapped: the other way round
     assert out["on|matched"]["dense/rel_err"] == pytest.approx((1 + k["relu"] + 10 + k["exp"]) / 2)
     assert out["on|swapped"]["dense/rel_err"] == pytest.approx((1 + k["exp"] + 10 + k["relu"]) / 2)
-    assert out["on|matched"]["compressed@0.50/rel_err"] == pytest.approx((2 + k["relu"] + 20 + k["exp"]) / 2)
+    assert out["on|matched"]["compressed:0.50/rel_err"] == pytest.approx((2 + k["relu"] + 20 + k["exp"]) / 2)
 
 
 def test_end_to_end_through_spec():

@@ -86,15 +86,15 @@ def test_pipeline_through_spec_hits_sparsity_per_modality(tmp_path):
     assert m["vision_equal"]["pruned_params"] == pytest.approx(m["text_equal"]["pruned_params"], abs=8)  # equal counts
     row = {"paper": "id_vl_pruning", "variant": "dual", "seed": 0, **{f"dense/{k}": v for k, v in dense.items()}}
     for lv, mm in m.items():
-        row.update({f"compressed@{lv}/{k}": v for k, v in mm.items()})
+        row.update({f"compressed:{lv}/{k}": v for k, v in mm.items()})
     torch.save(model, tmp_path / "m.pt")
     torch.load(tmp_path / "m.pt", weights_only=True)
     derived = P.SPEC.derive(cfg, [row])
     by = {r["variant"]: r for r in derived}
-    assert by["dual|vision_only"]["compressed@equal/acc"] == row["compressed@vision_equal/acc"]
-    assert by["dual|importance"]["compressed@0.50/acc"] == row["compressed@importance_0.50/acc"]
+    assert by["dual|vision_only"]["compressed:equal/acc"] == row["compressed:vision_equal/acc"]
+    assert by["dual|importance"]["compressed:0.50/acc"] == row["compressed:importance_0.50/acc"]
     assert by["dual|id_weighted"]["dense/acc"] == dense["acc"]
-    assert "compressed@0.50/acc" not in by["dual|text_only"]
+    assert "compressed:0.50/acc" not in by["dual|text_only"]
     for c in P.SPEC.comparisons(cfg):
         assert c.method in by and c.baseline in by and c.column in by[c.method] and c.column in by[c.baseline], c.text
 

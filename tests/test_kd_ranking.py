@@ -100,8 +100,8 @@ def test_config_validation_and_comparisons():
         P.Config(sparsities=(0.5, 0.8), prune_level=0.7)
     comps = P.comparisons(cfg)
     cols = [(c.method, c.baseline, c.column) for c in comps]
-    assert ("kd|rank", "kd|kl", "compressed@w32/acc") in cols and cols[0] == ("kd|rank", "kd|kl", "compressed@w32/drop")
-    assert comps[0].role == "headline" and comps[0].gates[0].comparison.column == "compressed@w32/drop"
+    assert ("kd|rank", "kd|kl", "compressed:w32/acc") in cols and cols[0] == ("kd|rank", "kd|kl", "compressed:w32/drop")
+    assert comps[0].role == "headline" and comps[0].gates[0].comparison.column == "compressed:w32/drop"
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -150,22 +150,22 @@ def test_end_to_end_through_spec(tmp_path):
     for name, lv in levels.items():
         m = spec.evaluate(cfg, lv, data)
         assert 0 <= m["acc"] <= 100 and 0 <= m["ece"] <= 1 and 0 <= m["val_acc"] <= 100 and m["params"] < dense["params_w8"]
-        row.update({f"compressed@{name}/{k}": v for k, v in m.items()})
-    n_student = row["compressed@kl_w24/params"]
-    assert row["compressed@kl_pruned0.50/params"] <= n_student - 0.5 * (4 * 784 + 10 * 4) + 1  # half the weights gone
+        row.update({f"compressed:{name}/{k}": v for k, v in m.items()})
+    n_student = row["compressed:kl_w24/params"]
+    assert row["compressed:kl_pruned0.50/params"] <= n_student - 0.5 * (4 * 784 + 10 * 4) + 1  # half the weights gone
     # same init and batches: the student without a teacher is the same at every level
-    assert row["compressed@none_w8/acc"] == row["compressed@none_w24/acc"]
+    assert row["compressed:none_w8/acc"] == row["compressed:none_w24/acc"]
     out = {r["variant"]: r for r in spec.derive(cfg, [row])}
     for loss in P.LOSSES:
         r = out[f"kd|{loss}"]
-        accs = [r["compressed@w8/acc"], r["compressed@w24/acc"]]
-        vals = [r["compressed@w8/val_acc"], r["compressed@w24/val_acc"]]
+        accs = [r["compressed:w8/acc"], r["compressed:w24/acc"]]
+        vals = [r["compressed:w8/val_acc"], r["compressed:w24/val_acc"]]
         best = 1 if vals[1] > vals[0] else 0  # validation picks the teacher, ties to the smaller one
         assert r["dense/best_teacher"] == best
-        assert r["compressed@w24/drop"] == pytest.approx(accs[best] - accs[1])
-        assert r["compressed@w24/teacher_ece"] == dense["ece_w24"]
-        assert r["compressed@pruned0.50/acc"] == row[f"compressed@{loss}_pruned0.50/acc"]
-    assert out["kd|none"]["compressed@w24/drop"] == 0.0  # one student for every teacher
+        assert r["compressed:w24/drop"] == pytest.approx(accs[best] - accs[1])
+        assert r["compressed:w24/teacher_ece"] == dense["ece_w24"]
+        assert r["compressed:pruned0.50/acc"] == row[f"compressed:{loss}_pruned0.50/acc"]
+    assert out["kd|none"]["compressed:w24/drop"] == 0.0  # one student for every teacher
     assert "dense/corr_acc_ece" not in out["kd|none"]  # none: constant accuracy, no correlation
     for c in spec.comparisons(cfg):
         assert c.column in out[c.method] and c.column in out[c.baseline], c.text

@@ -113,7 +113,7 @@ def test_gate_makes_rows_not_testable_at_chance_and_counts_calls():
 
     def table(single_acc):
         rows = [{"variant": v, "seed": s, "dense/acc": (single_acc if v == "single" else 0.5) + 0.01 * s,
-                 "dense/calls": float(calls[v]), "compressed@int8/acc": single_acc if v == "single" else 0.5}
+                 "dense/calls": float(calls[v]), "compressed:int8/acc": single_acc if v == "single" else 0.5}
                 for v in P.VARIANTS for s in range(3)]
         return pl.DataFrame(rows)
 

@@ -197,4 +197,4 @@ def test_owl_spec_smoke_path_tiny_llama(tmp_path):
     assert results[("sparsegpt", "0.70")]["ppl"] == pytest.approx(direct, rel=1e-3)
     rows = spec.comparisons(cfg)
     assert [r.role for r in rows].count("headline") == 1
-    assert {c.column for c in rows} == {"compressed@0.70/ppl", "compressed@0.70/max_dev", "compressed@0.70/sparsity"}
+    assert {c.column for c in rows} == {"compressed:0.70/ppl", "compressed:0.70/max_dev", "compressed:0.70/sparsity"}

@@ -46,7 +46,7 @@ def test_select_classes_remaps_and_few_shot_balances():
 def test_tradeoff_figure_writes_png(tmp_path):
     table = pl.DataFrame({"variant": ["a", "a", "b"], "seed": [0, 1, 0],
                           "dense/bytes": [100.0, 100.0, 50.0], "dense/acc": [90.0, 91.0, 85.0],
-                          "compressed@0.5/bytes": [50.0, 50.0, 25.0], "compressed@0.5/acc": [88.0, 87.0, 80.0]})
+                          "compressed:0.5/bytes": [50.0, 50.0, 25.0], "compressed:0.5/acc": [88.0, 87.0, 80.0]})
     out = tradeoff_figure(table, "demo", "bytes", "acc", tmp_path / "t.png")
     assert out is not None and out.stat().st_size > 1000
     assert tradeoff_figure(table, "demo", "missing", "acc", tmp_path / "u.png") is None

@@ -197,7 +197,7 @@ def test_spec_end_to_end_on_synthetic_images(tmp_path):
     assert any("train/prepbn_lambda" in m for v, _, m in logged if v == "slab")
     rows = SPEC.comparisons(cfg)
     head = [r for r in rows if r.role == "headline"]
-    assert len(head) == 1 and head[0].column == "compressed@folded/latency_rel"  # timing claims: interleaved ratios
+    assert len(head) == 1 and head[0].column == "compressed:folded/latency_rel"  # timing claims: interleaved ratios
     assert any(r.column == "dense/acc" and r.kind == "close" and r.role == "secondary" for r in rows)
     assert all(r.role == "fact" for r in rows if r.metric in ("flops", "flops_large", "params"))
     assert all(r.method == "slab" and r.baseline == "ln_softmax" for r in rows)

@@ -94,19 +94,19 @@ def test_spec_end_to_end_tiny(tmp_path):
     assert set(levels) == {"T2", "T24", "signed_if_T2", "signed_if_T24", "ori_if_T2", "ori_if_T24"}
     metrics = {f"dense/{k}": v for k, v in dense.items()}
     for name, level in levels.items():
-        metrics.update({f"compressed@{name}/{k}": v for k, v in P.SPEC.evaluate(cfg, level, data).items()})
+        metrics.update({f"compressed:{name}/{k}": v for k, v in P.SPEC.evaluate(cfg, level, data).items()})
     assert set(P.SPEC.tradeoff) <= {k.split("/")[1] for k in metrics}
-    assert metrics["compressed@T24/gap"] == 0.0 and metrics["compressed@T24/agree"] == 100.0
-    assert metrics["compressed@T24/qann_acc"] == pytest.approx(dense["acc"])
-    assert metrics["compressed@T24/timesteps"] == 24.0 and metrics["compressed@T24/synops"] > 0
+    assert metrics["compressed:T24/gap"] == 0.0 and metrics["compressed:T24/agree"] == 100.0
+    assert metrics["compressed:T24/qann_acc"] == pytest.approx(dense["acc"])
+    assert metrics["compressed:T24/timesteps"] == 24.0 and metrics["compressed:T24/synops"] > 0
     rows = P.SPEC.derive(cfg, [{"paper": "spikezip", "variant": "spikezip", "seed": 0, **metrics}])
     views = {r["variant"]: r for r in rows}
     assert set(views) == {"spikezip", "spikezip|signed_if", "spikezip|ori_if", "spikezip|qann"}
-    assert views["spikezip|signed_if"]["compressed@T24/gap"] == metrics["compressed@signed_if_T24/gap"]
-    assert views["spikezip|qann"]["compressed@T24/synops"] == dense["synops"]
-    assert views["spikezip|qann"]["compressed@T2/acc"] == dense["acc"]
+    assert views["spikezip|signed_if"]["compressed:T24/gap"] == metrics["compressed:signed_if_T24/gap"]
+    assert views["spikezip|qann"]["compressed:T24/synops"] == dense["synops"]
+    assert views["spikezip|qann"]["compressed:T2/acc"] == dense["acc"]
     comps = P.SPEC.comparisons(cfg)
-    assert [c.role for c in comps].count("headline") == 1 and comps[0].kind == "matches" and comps[0].column == "compressed@T24/gap"
+    assert [c.role for c in comps].count("headline") == 1 and comps[0].kind == "matches" and comps[0].column == "compressed:T24/gap"
     for c in comps:
         assert c.method in views and c.baseline in views
         assert c.column in views[c.method]

@@ -78,7 +78,7 @@ def test_a_compress_only_knob_reuses_prepare_and_train(tmp_path):
         second = run(Config(sparsity=0.0))  # compress-only knob: prepare and train reused
         assert CALLS == {"prepare": 1, "train": 1}
         assert first["dense/nnz"] == second["dense/nnz"] == 3.0
-        assert first["compressed@0.50/nnz"] == 2.0 and second["compressed@0.00/nnz"] == 3.0
+        assert first["compressed:0.50/nnz"] == 2.0 and second["compressed:0.00/nnz"] == 3.0
         assert stages.artifacts.load_json(tmp_path / "results/cachedemo/a/seed0/run.json")["reused"] is True
         run(Config(sparsity=0.0, steps=3))  # a knob train reads: train reruns, prepare is still reused
         assert CALLS == {"prepare": 1, "train": 2}

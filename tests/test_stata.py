@@ -91,7 +91,7 @@ def test_tiny_spec_run_on_synthetic_data():
         assert list(levels) == ["0.70"]
         mc = P.SPEC.evaluate(cfg, levels["0.70"], data)
         row = {"variant": variant, "seed": 0, **{f"dense/{k}": v for k, v in m.items()},
-               **{f"compressed@0.70/{k}": v for k, v in mc.items()}}
+               **{f"compressed:0.70/{k}": v for k, v in mc.items()}}
         rows.append(row)
     by = {r["variant"]: r for r in rows}
     n_tokens = 1 + 49
@@ -99,7 +99,7 @@ def test_tiny_spec_run_on_synthetic_data():
     # 2 blocks = 4 sub-layers; block 1 MLP sees CLS (+anchor) + ceil(0.5 * 49) = 25 patches
     assert by["token_prune"]["dense/tokens"] == pytest.approx((50 + 50 + 50 + 26) / 4)
     assert by["stata"]["dense/tokens"] == pytest.approx((51 + 51 + 51 + 27) / 4)
-    assert by["dense"]["compressed@0.70/tokens"] < by["dense"]["dense/tokens"]
+    assert by["dense"]["compressed:0.70/tokens"] < by["dense"]["dense/tokens"]
     assert any("train/l_intra" in m for _, m in logged)
     comps = P.SPEC.comparisons(cfg)
     assert [c.role for c in comps].count("headline") == 1 and len(comps) >= 4

@@ -53,7 +53,19 @@ def test_failed_stage_marks_run_failed(tmp_path):
 
 
 def test_keys_are_sanitised():
-    assert tracking._clean("compressed@0.70/ppl") == "compressed_0.70/ppl"
+    assert tracking._clean("a@b#c/ppl") == "a_b_c/ppl"
+
+
+def test_report_metric_keys_are_mlflow_keys():
+    """The report's keys (dense/*, compressed:<level>/*) reach MLflow unchanged, so the UI and the report name
+    the same metric the same way (issue 14 item 9)."""
+    from paperflow.spec import Comparison
+
+    key = Comparison("acc", "m", "b", "higher", stage="compressed", level="0.50").column
+    assert tracking._clean(key) == key == "compressed:0.50/acc"
+    from mlflow.utils.validation import _validate_metric_name
+
+    _validate_metric_name(key)
 
 
 def test_a_rerun_supersedes_a_killed_run(tmp_path):

@@ -277,7 +277,7 @@ def test_tiny_spec_run():
     rows = P.comparisons(cfg)
     assert [r.role for r in rows].count("headline") == 1
     cols = {c.column for c in rows}
-    assert "dense/recall_acc@6" in cols and "compressed@0.20/recall_acc@6" in cols and "dense/grad_h0_init@6" in cols
+    assert "dense/recall_acc@6" in cols and "compressed:0.20/recall_acc@6" in cols and "dense/grad_h0_init@6" in cols
     gated = {g.variant for r in rows for g in r.gates}
     assert gated <= set(P.VARIANTS)
 

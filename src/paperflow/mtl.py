@@ -36,7 +36,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from scipy.optimize import least_squares
 
 Combiner = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -75,6 +74,8 @@ def fairgrad_weights(A: np.ndarray, alpha: float) -> np.ndarray:
 
     def residual(w: np.ndarray) -> np.ndarray:  # (K,)
         return A @ w - np.power(1.0 / w, 1.0 / alpha)
+
+    from scipy.optimize import least_squares  # here, not at import: scipy.optimize costs ~0.5 s per job start
 
     return least_squares(residual, np.ones(K) / K, bounds=(0, np.inf)).x
 

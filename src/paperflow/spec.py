@@ -128,7 +128,7 @@ class Comparison:
         """Name of the metric column in results/<paper>/metrics.csv."""
         if self.stage == "dense":
             return f"dense/{self.metric}"
-        return f"compressed@{self.level}/{self.metric}"
+        return f"compressed:{self.level}/{self.metric}"
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,7 @@ def evaluate(ctx: Context, paper: str, variant: str, seed: int) -> Path:
         t0 = time.perf_counter()
         metrics = {f"dense/{k}": float(v) for k, v in spec.evaluate(cfg, model, data).items()}
         for level, compressed in levels.items():
-            metrics.update({f"compressed@{level}/{k}": float(v) for k, v in spec.evaluate(cfg, compressed, data).items()})
+            metrics.update({f"compressed:{level}/{k}": float(v) for k, v in spec.evaluate(cfg, compressed, data).items()})
         timing = {"time/evaluate_s": time.perf_counter() - t0}
         info = artifacts.load_json(run_dir / "run.json")
         timing["time/train_s"] = info.get("train_s", float("nan"))

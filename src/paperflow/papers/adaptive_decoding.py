@@ -433,7 +433,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
         by = {r["variant"]: r for r in out if r["seed"] == seed}
         if not all(v in by for v in VARIANTS):
             continue
-        for prefix in ("dense", f"compressed@{INT8}"):
+        for prefix in ("dense", f"compressed:{INT8}"):
             needed = [f"{prefix}/coherence", f"{prefix}/diversity"]
             if not all(by[v].get(c) is not None for v in VARIANTS for c in needed):
                 continue
@@ -441,7 +441,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
             for b in BASELINES:
                 by[b][f"{prefix}/pareto"] = 0.0
         for kind in ("fp32", "int8"):
-            t = by["adaptive"].get(f"compressed@{INT8}/decode_step_s_{kind}")
+            t = by["adaptive"].get(f"compressed:{INT8}/decode_step_s_{kind}")
             if t is not None:
                 out.append({"paper": "adaptive_decoding", "variant": f"ref|{kind}_weights", "seed": seed, "dense/decode_step_s": t})
     return out

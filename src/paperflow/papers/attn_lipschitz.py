@@ -294,7 +294,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
     mean-field regime; the judged "matches" rows ignore it, the report shows it beside the fitted value) and
     "<v>|bound" holds L / bound = 1 (the fact row's reference)."""
     out = [dict(r) for r in rows]
-    lv = f"compressed@{cfg.sparsity:.2f}/exp_tight"
+    lv = f"compressed:{cfg.sparsity:.2f}/exp_tight"
     for r in rows:
         if r["variant"] in VARIANTS:
             key = {"paper": r["paper"], "seed": r["seed"]}

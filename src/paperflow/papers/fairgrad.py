@@ -286,7 +286,7 @@ def _stages(row: dict) -> set[str]:
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
     """Add "<stage>/delta_m" to each multi-task row, against stl_a (acc_a) and stl_b (acc_b) of the
-    same seed at the same stage ("dense" or "compressed@<level>"); rows without references are unchanged.
+    same seed at the same stage ("dense" or "compressed:<level>"); rows without references are unchanged.
     Then add the view BEST: per seed, a copy of the rows of the baseline chosen by best_baseline()."""
     refs = {(r["variant"], r["seed"]): r for r in rows if r["variant"] in STL_VARIANTS}
     out = []

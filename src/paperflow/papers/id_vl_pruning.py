@@ -28,8 +28,8 @@ so the one variant "dual" is trained once per seed and compress() prunes it with
   "vision_equal", "text_equal"  one tower only, uniform magnitude, the SAME NUMBER of weights removed from
       either tower: compare_level x the smaller tower's prunable weights (vision has ~2.7x more prunable
       weights than text here, so equal fractions would remove 2.7x more weights from vision).
-derive() turns the levels into views "dual|<criterion>" (compressed@<s>/*) and "dual|vision_only" /
-"dual|text_only" (compressed@equal/*): every comparison is paired per seed on the same dense model.
+derive() turns the levels into views "dual|<criterion>" (compressed:<s>/*) and "dual|vision_only" /
+"dual|text_only" (compressed:equal/*): every comparison is paired per seed on the same dense model.
 evaluate(): zero-shot accuracy (test images vs class embeddings from HELD-OUT descriptions), measured nonzero
 parameters, measured sparsity of each tower's prunable matrices and sparsity_gap = sparsity_t - sparsity_v
 (the modality split a criterion chose), pruned_params, and (pruned levels) the mean layer ID of each tower.
@@ -367,8 +367,8 @@ VIEWS = {**{c: c for c in CRITERIA}, "vision": "vision_only", "text": "text_only
 
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
-    """Views of each (dual, seed) row: "dual|<criterion>" with compressed@<s>/<m> = compressed@<criterion>_<s>/<m>,
-    "dual|vision_only" / "dual|text_only" with compressed@equal/<m> = compressed@<tower>_equal/<m>;
+    """Views of each (dual, seed) row: "dual|<criterion>" with compressed:<s>/<m> = compressed:<criterion>_<s>/<m>,
+    "dual|vision_only" / "dual|text_only" with compressed:equal/<m> = compressed:<tower>_equal/<m>;
     the dense columns are copied, so every view starts from the same dense model."""
     out = [dict(r) for r in rows]
     for r in rows:
@@ -378,9 +378,9 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
         for prefix, view in VIEWS.items():
             new = {"paper": r["paper"], "variant": f"{VARIANT}|{view}", "seed": r["seed"], **dense}
             for col, v in r.items():
-                m = re.match(rf"^compressed@{prefix}_([^/]+)/(.+)$", col)
+                m = re.match(rf"^compressed:{prefix}_([^/]+)/(.+)$", col)
                 if m:
-                    new[f"compressed@{m.group(1)}/{m.group(2)}"] = v
+                    new[f"compressed:{m.group(1)}/{m.group(2)}"] = v
             out.append(new)
     return out
 

@@ -40,8 +40,8 @@ Compression. Distillation into the 16-unit student IS the paper's compression (d
 compress stage returns one level per (loss, teacher): "<loss>_w<width>" (the student), and, as a control,
 the largest teacher's students magnitude-pruned (paperflow.compress.magnitude.magnitude_levels, one global
 threshold over the student's two matrices, no fine-tune) at cfg.sparsities: "<loss>_pruned<s>".
-derive() makes the views "kd|none", "kd|kl", "kd|rank" (compressed@w<width>/*, compressed@pruned<s>/*; the
-dense teacher columns copied) and adds compressed@w<width>/drop = acc(validation-best teacher's student) -
+derive() makes the views "kd|none", "kd|kl", "kd|rank" (compressed:w<width>/*, compressed:pruned<s>/*; the
+dense teacher columns copied) and adds compressed:w<width>/drop = acc(validation-best teacher's student) -
 acc(this teacher's student) on the test set (for none exactly 0: the same student at every teacher) and
 dense/corr_acc_ece = Pearson over teachers of the student's acc with the teacher's ECE.
 Claims: premise gate (with KL, the largest teacher's student is worse than the best teacher's, i.e. drop > 0;
@@ -342,8 +342,8 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
 
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
-    """Views "kd|<loss>" of each (kd, seed) row: compressed@<level>/<m> = compressed@<loss>_<level>/<m>, the
-    teachers' ECE as compressed@w<width>/teacher_ece, compressed@w<width>/drop = acc(best) - acc(w<width>)
+    """Views "kd|<loss>" of each (kd, seed) row: compressed:<level>/<m> = compressed:<loss>_<level>/<m>, the
+    teachers' ECE as compressed:w<width>/teacher_ece, compressed:w<width>/drop = acc(best) - acc(w<width>)
     with the best teacher chosen on validation accuracy (ties: the smaller teacher), dense/best_teacher
     (its index) and dense/corr_acc_ece = Pearson(student acc, teacher ECE) over the teachers (nan -> absent)."""
     out = [dict(r) for r in rows]
@@ -355,20 +355,20 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
             new = {"paper": r.get("paper", "kd_ranking"), "variant": f"{VARIANT}|{loss}", "seed": r["seed"],
                    **{k: v for k, v in r.items() if k.startswith("dense/")}}
             for col, v in r.items():
-                m = re.match(rf"^compressed@{loss}_([^/]+)/(.+)$", col)
+                m = re.match(rf"^compressed:{loss}_([^/]+)/(.+)$", col)
                 if m:
-                    new[f"compressed@{m.group(1)}/{m.group(2)}"] = v
+                    new[f"compressed:{m.group(1)}/{m.group(2)}"] = v
             for n in names:
                 if f"dense/ece_{n}" in r:
-                    new[f"compressed@{n}/teacher_ece"] = r[f"dense/ece_{n}"]
-            accs = [new.get(f"compressed@{n}/acc") for n in names]
-            vals = [new.get(f"compressed@{n}/val_acc") for n in names]
+                    new[f"compressed:{n}/teacher_ece"] = r[f"dense/ece_{n}"]
+            accs = [new.get(f"compressed:{n}/acc") for n in names]
+            vals = [new.get(f"compressed:{n}/val_acc") for n in names]
             if None not in accs and None not in vals:
                 best = max(range(len(names)), key=lambda i: (vals[i], -i))
                 new["dense/best_teacher"] = float(best)
                 for n, a in zip(names, accs):
-                    new[f"compressed@{n}/drop"] = accs[best] - a
-                eces = [new.get(f"compressed@{n}/teacher_ece") for n in names]
+                    new[f"compressed:{n}/drop"] = accs[best] - a
+                eces = [new.get(f"compressed:{n}/teacher_ece") for n in names]
                 corr = pearson(accs, eces) if None not in eces else float("nan")
                 if not math.isnan(corr):
                     new["dense/corr_acc_ece"] = corr

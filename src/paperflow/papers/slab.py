@@ -426,7 +426,7 @@ def comparisons(cfg: Config) -> list[Comparison]:
     # the baseline's own ratio is an A/A measurement (same architecture on both arms): far from 1, the machine's
     # load or the timer decides the ratio, and the latency rows cannot be judged
     a_a = lambda m: Gate(f"timing sound: ln_softmax A/A {m} within [0.8, 1.25]", variant="ln_softmax",  # noqa: E731
-                         metric=f"compressed@{LEVEL}/{m}", above=0.8, below=1.25)
+                         metric=f"compressed:{LEVEL}/{m}", above=0.8, below=1.25)
     rows = [
         Comparison("latency_rel", "slab", "ln_softmax", better="lower", stage="compressed", level=LEVEL, role="headline",
                    gates=(a_a("latency_rel"),),

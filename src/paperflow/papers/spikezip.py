@@ -365,11 +365,11 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
         dense = {k[len("dense/"):]: v for k, v in r.items() if k.startswith("dense/")}
         base = {"paper": r["paper"], "seed": r["seed"], **{f"dense/{k}": v for k, v in dense.items()}}
         for n in BASELINES:
-            view = {f"compressed@{level_name(T)}/{k.split('/', 1)[1]}": v for T in cfg.timesteps
-                    for k, v in r.items() if k.startswith(f"compressed@{level_name(T, n)}/")}
+            view = {f"compressed:{level_name(T)}/{k.split('/', 1)[1]}": v for T in cfg.timesteps
+                    for k, v in r.items() if k.startswith(f"compressed:{level_name(T, n)}/")}
             out.append({**base, "variant": f"spikezip|{n}", **view})
         out.append({**base, "variant": "spikezip|qann",
-                    **{f"compressed@{level_name(T)}/{k}": v for T in cfg.timesteps for k, v in dense.items()}})
+                    **{f"compressed:{level_name(T)}/{k}": v for T in cfg.timesteps for k, v in dense.items()}})
     return out
 
 

@@ -202,7 +202,7 @@ def _judge(comp: Comparison, table: pl.DataFrame) -> dict[str, Any]:
 # ------------------------------------------------------------------ the table
 def _compressed_level(table: pl.DataFrame, metric: str) -> str | None:
     """The highest numeric compression level with this metric (else the first level), for the summary."""
-    levels = [c.split("/")[0][len("compressed@"):] for c in table.columns if c.startswith("compressed@") and c.endswith(f"/{metric}")]
+    levels = [c.split("/")[0][len("compressed:"):] for c in table.columns if c.startswith("compressed:") and c.endswith(f"/{metric}")]
     numeric = sorted((float(lv), lv) for lv in levels if _is_number(lv))
     if numeric:
         return numeric[-1][1]
@@ -250,8 +250,8 @@ def claims_rows(spec: PaperSpec, cfg: Any, table: pl.DataFrame, profile: str) ->
             if failed:
                 v, reason = "not testable", "gate failed: " + "; ".join(failed)
         level = comp.level if comp.stage == "compressed" else _compressed_level(table, comp.metric)
-        c_method = _mean_std(list(_values(table, comp.method, f"compressed@{level}/{comp.metric}").values()))[0] if level else float("nan")
-        c_base = (_mean_std(list(_values(table, comp.baseline, f"compressed@{level}/{comp.metric}").values()))[0]
+        c_method = _mean_std(list(_values(table, comp.method, f"compressed:{level}/{comp.metric}").values()))[0] if level else float("nan")
+        c_base = (_mean_std(list(_values(table, comp.baseline, f"compressed:{level}/{comp.metric}").values()))[0]
                   if level and comp.baseline else float("nan"))
         rows.append({
             "paper": spec.id, "claim": spec.claim, "role": role,

@@ -57,7 +57,7 @@ def learning_curves(results: Path, paper: str, variants: Sequence[str], seeds: S
 
 def compression_figure(table: pl.DataFrame, paper: str, metric: str, out: Path, log_y: bool = False) -> Path | None:
     """Metric vs compression level (numeric levels; the dense model at level 0), mean over seeds."""
-    pattern = re.compile(rf"^compressed@([0-9.]+)/{re.escape(metric)}$")
+    pattern = re.compile(rf"^compressed:([0-9.]+)/{re.escape(metric)}$")
     levels = sorted((float(m.group(1)), c) for c in table.columns if (m := pattern.match(c)))
     if not levels:
         return None
@@ -86,8 +86,8 @@ def compression_figure(table: pl.DataFrame, paper: str, metric: str, out: Path, 
 
 
 def layer_profile_figure(table: pl.DataFrame, paper: str, level: str, out: Path) -> Path | None:
-    """Per-layer sparsity at one level (columns compressed@<level>/layer_sparsity_<i>), mean over seeds."""
-    pattern = re.compile(rf"^compressed@{re.escape(level)}/layer_sparsity_(\d+)$")
+    """Per-layer sparsity at one level (columns compressed:<level>/layer_sparsity_<i>), mean over seeds."""
+    pattern = re.compile(rf"^compressed:{re.escape(level)}/layer_sparsity_(\d+)$")
     cols = sorted((int(m.group(1)), c) for c in table.columns if (m := pattern.match(c)))
     if not cols:
         return None
@@ -112,7 +112,7 @@ def _spans_decades(table: pl.DataFrame, cols: list[str]) -> bool:
 
 
 def tradeoff_figure(table: pl.DataFrame, paper: str, cost: str, quality: str, out: Path) -> Path | None:
-    """Quality vs measured cost: one point per variant and stage (dense, compressed@level), mean over seeds.
+    """Quality vs measured cost: one point per variant and stage (dense, compressed:level), mean over seeds.
 
     Reads columns "<stage>/<cost>" and "<stage>/<quality>"; the x axis is logarithmic when the costs
     span more than a decade (e.g. bytes of a full vs a fixed-size cache)."""
@@ -136,7 +136,7 @@ def tradeoff_figure(table: pl.DataFrame, paper: str, cost: str, quality: str, ou
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=variant, lw=1.0)
         for x, y, stage in points:
             if stage != "dense":
-                ax.annotate(stage.split("@", 1)[-1], (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
+                ax.annotate(stage.split(":", 1)[-1], (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
     if not xs_all:
         plt.close(fig)
         return None
