@@ -36,6 +36,14 @@ onstart:
     init_tracking()
 
 
+onsuccess:
+    stop_tracking()
+
+
+onerror:
+    stop_tracking()
+
+
 rule all:
     input:
         "reports/index.html",

@@ -6,10 +6,13 @@ A workflow job is `python -m paperflow.cli stage run ...`; its first stage (trai
 "<paper>/<variant>/seed<k>: train" (after the imports, the MLflow parent and stage runs, the data load).
 The benchmark prepares the paper once in a scratch copy (smoke profile, its own mlflow.db), then per repeat
 spawns, alternating: (a) `python -c "import torch"`, (b) the same plus one AdamW step on a Linear (the floor of
-any job that trains with torch.optim: the optimizer's step imports torch._dynamo), (c) the real job, killed as
-soon as its train stage starts. It prints the medians, the ratios c/a and c/b, the modules that cost most in
-(c) (`python -X importtime`), and the number of jobs in the default DAG (what a second of start cost is
-multiplied by). Run it on an idle machine: the ratios are what it is for.
+any job that trains with torch.optim: the optimizer's step imports torch._dynamo), (c) the real job logging to
+the sqlite store through the mlflow library (PAPERFLOW_TRACKING_SERVER=off), (d) the real job as the workflow
+runs it, logging over REST to the loopback tracking server (paperflow/tracking_server.py, started once here as
+the Snakefile's onstart does). Jobs are killed as soon as their train stage starts. It prints the medians, the
+ratios to (a) and (b), the modules that cost most in (d) (`python -X importtime`), and the number of jobs in the
+default DAG (what a second of start cost is multiplied by). Run it on an idle machine: the ratios are what it is
+for.
 """
 from __future__ import annotations
 
@@ -51,9 +54,9 @@ def spawn_seconds(code: str) -> float:
     return time.perf_counter() - t0
 
 
-def job_start_seconds(ws: Path, paper: str, variant: str, extra: list[str] | None = None) -> float:
+def job_start_seconds(ws: Path, paper: str, variant: str, extra: list[str] | None = None, server: str | None = None) -> float:
     """Seconds until the job prints that its train stage starts; the job is then killed."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PAPERFLOW_STAGE_CACHE": "off"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PAPERFLOW_STAGE_CACHE": "off", **_server_env(ws, server)}
     cmd = [PY, *(extra or []), "-m", "paperflow.cli", "stage", "run", "--paper", paper, "--variant", variant,
            "--seed", "0", "--profile", "smoke", "--threads", "1"]
     t0 = time.perf_counter()
@@ -68,9 +71,17 @@ def job_start_seconds(ws: Path, paper: str, variant: str, extra: list[str] | Non
         proc.wait()
 
 
-def importtime_top(ws: Path, paper: str, variant: str, n: int = 12) -> list[tuple[float, str]]:
+def _server_env(ws: Path, server: str | None) -> dict[str, str]:
+    from paperflow.tracking import default_uri
+
+    if server:
+        return {"MLFLOW_TRACKING_URI": server, "PAPERFLOW_TRACKING_STORE": default_uri(ws)}
+    return {"PAPERFLOW_TRACKING_SERVER": "off"}
+
+
+def importtime_top(ws: Path, paper: str, variant: str, n: int = 12, server: str | None = None) -> list[tuple[float, str]]:
     """The top-level packages a job imports, by cumulative import time (s), from python -X importtime."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PAPERFLOW_STAGE_CACHE": "off"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PAPERFLOW_STAGE_CACHE": "off", **_server_env(ws, server)}
     cmd = [PY, "-X", "importtime", "-m", "paperflow.cli", "stage", "run", "--paper", paper, "--variant", variant,
            "--seed", "0", "--profile", "smoke", "--threads", "1"]
     with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: ~100 kB of importtime lines would block it
@@ -112,23 +123,33 @@ def main() -> int:
 
     variant = get_paper(args.paper).variants[0]
     ws = scratch_checkout(args.paper)
+    from paperflow import tracking_server
+    from paperflow.tracking import default_uri
+
+    t0 = time.perf_counter()
+    server = tracking_server.start(ws, default_uri(ws))
+    server_s = time.perf_counter() - t0
     try:
-        a, b, c = [], [], []
-        for _ in range(args.repeats):  # interleaved, so drifting load hits all three alike
+        a, b, c, d = [], [], [], []
+        for _ in range(args.repeats):  # interleaved, so drifting load hits all four alike
             a.append(spawn_seconds(TORCH_ONLY))
             b.append(spawn_seconds(TORCH_STEP))
             c.append(job_start_seconds(ws, args.paper, variant))
-        ma, mb, mc = statistics.median(a), statistics.median(b), statistics.median(c)
+            d.append(job_start_seconds(ws, args.paper, variant, server=server))
+        ma, mb, mc, md = (statistics.median(x) for x in (a, b, c, d))
         print(f"job start ({args.paper}/{variant}, median of {args.repeats}, {os.cpu_count()} CPUs):")
         print(f"  (a) python -c 'import torch'                 {ma:6.2f} s")
         print(f"  (b) import torch + one AdamW step (floor)    {mb:6.2f} s   b/a = {mb / ma:.2f}")
-        print(f"  (c) paperflow job to its train stage          {mc:6.2f} s   c/a = {mc / ma:.2f}   c/b = {mc / mb:.2f}")
-        print("  top-level imports of (c), cumulative s (-X importtime, one run):")
-        for seconds, pkg in importtime_top(ws, args.paper, variant):
+        print(f"  (c) job to its train stage, mlflow library   {mc:6.2f} s   c/a = {mc / ma:.2f}   c/b = {mc / mb:.2f}")
+        print(f"  (d) job to its train stage, REST to server   {md:6.2f} s   d/a = {md / ma:.2f}   d/b = {md / mb:.2f}")
+        print(f"  loopback tracking server start (once per workflow run): {server_s:.1f} s")
+        print("  top-level imports of (d), cumulative s (-X importtime, one run):")
+        for seconds, pkg in importtime_top(ws, args.paper, variant, server=server):
             print(f"    {pkg:<28} {seconds:6.2f}")
         jobs = default_dag_jobs()
         print(f"default DAG: {jobs} jobs; each second of start cost is {jobs / 60:.1f} min of job time")
     finally:
+        tracking_server.stop(ws)
         shutil.rmtree(ws, ignore_errors=True)
     return 0
 

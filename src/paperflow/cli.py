@@ -86,10 +86,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from . import stages
+    from . import device, stages
 
     root = find_root()
     ctx = stages.Context(root=root, settings=_settings(root, args), tracking_uri=tracking_uri(root), threads=_torch_threads(args))
+    device.use(ctx.settings.device)
     if args.name in ("train", "compress", "evaluate", "run") and (args.variant is None or args.seed is None):
         raise SystemExit(f"paperflow stage {args.name} needs --variant and --seed")
     if args.variant is not None:

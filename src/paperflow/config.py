@@ -20,6 +20,7 @@ ids, unknown keys, out-of-range values (each Config's __post_init__) and a profi
 from __future__ import annotations
 
 import copy
+import os
 import importlib
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ class Settings:
     sections: Mapping[str, dict]  # id -> merged params section (plain dict of Config fields)
     configs: Mapping[str, Any]  # id -> Config instance
     paper_seeds: Mapping[str, tuple[int, ...]]  # id -> the seeds this paper runs
+    device: str = "auto"  # cpu | cuda | auto: where train_loop trains (paperflow/device.py)
 
     def config(self, paper: str) -> Any:
         return self.configs[paper]
@@ -126,7 +128,11 @@ def resolve(params: Mapping[str, Any], profile: str | None = None, only: list[st
         paper_seeds[pid] = seeds
         configs[pid] = spec.make_config(base)
         merged[pid] = config_dict(configs[pid])
-    return Settings(profile=profile, papers=ids, sections=merged, configs=configs, paper_seeds=paper_seeds)
+    device = os.environ.get("PAPERFLOW_DEVICE") or prof.get("device") or params.get("device") or "auto"
+    if device not in ("cpu", "cuda", "auto"):
+        raise ConfigError(f"device must be cpu, cuda or auto (params.yaml `device`, profiles.{profile}.device or "
+                          f"PAPERFLOW_DEVICE), got {device!r}")
+    return Settings(profile=profile, papers=ids, sections=merged, configs=configs, paper_seeds=paper_seeds, device=device)
 
 
 def load(path: str | Path, profile: str | None = None, only: list[str] | None = None) -> Settings:

@@ -7,6 +7,9 @@ Hooks:
                                    task; returns the (P,) update direction written into .grad
   log(step, **metrics)             per-step callback (the stage forwards it to MLflow and curves.json)
   eval_fn() -> dict                periodic validation, logged with the prefix "val/"
+
+Device (paperflow.device): when the job's device is not the CPU, the `modules` and every batch are moved
+there; on the CPU nothing moves, so CPU results do not depend on the setting.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
+
+from .device import current as current_device, to_device
 
 GradCombiner = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -73,6 +78,11 @@ def train_loop(
     if combine is not None and not shared_params:
         raise ValueError("train_loop: combine needs shared_params (the parameters the tasks share)")
     shared = list(shared_params or [])
+    device = current_device()
+    on_cpu = device.type == "cpu"
+    if not on_cpu:  # in place: the Parameter objects (and the optimizer's references to them) stay the same
+        for m in modules:
+            m.to(device)
     start = time.perf_counter()
     loss_value = float("nan")
     for step in range(steps):
@@ -81,7 +91,7 @@ def train_loop(
         if lr_fn is not None:
             for group in optimizer.param_groups:
                 group["lr"] = lr_fn(step)
-        batch = batch_fn(step)
+        batch = batch_fn(step) if on_cpu else to_device(batch_fn(step), device)
         optimizer.zero_grad(set_to_none=True)
         losses = loss_fn(batch)
         extra: dict[str, float] = {}

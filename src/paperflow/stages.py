@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from . import artifacts, stagecache, tracking
 from .config import Settings, config_dict, flatten
+from .device import to_device
 from .registry import get_paper
 from .spec import ConfigError, Resources
 
@@ -162,7 +163,7 @@ def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
         recorder, reads = stagecache.recording(cfg)
         model = spec.train(recorder, data, variant, seed, log)
         seconds = time.perf_counter() - t0
-        artifacts.save_torch(model, out_dir / "model.pt")
+        artifacts.save_torch(to_device(model, "cpu"), out_dir / "model.pt")  # artifacts hold CPU tensors only
         artifacts.save_json(curves, out_dir / "curves.json")
         run.log_final({"time/train_s": seconds, "time/logging_s": run.seconds_logging})
         run.log_artifact(out_dir / "curves.json")

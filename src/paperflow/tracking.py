@@ -1,4 +1,4 @@
-"""MLflow tracking: the only module that imports mlflow.
+"""MLflow tracking: the only module that imports mlflow (and only for a sqlite/file store).
 
 Layout in the store: one experiment per paper; one parent run per (variant, seed), named
 `{paper}__{variant}__seed{seed}` (cleanrl-style), created by the train stage; one nested run per stage
@@ -19,6 +19,11 @@ Safe under parallel Snakemake jobs on the embedded sqlite store:
 - metrics are buffered and sent with log_batch (few transactions, low overhead);
 - a stage that raises marks its run (and its parent) FAILED before the error propagates.
 The URI is absolute (a relative sqlite path makes stray stores when a tool runs in another folder).
+
+Two clients, one interface: an http(s) URI (a team's server, or the loopback server the Snakefile starts,
+paperflow.tracking_server) is spoken to by paperflow.mlflow_rest.RestClient over the REST API, so a workflow
+job never imports mlflow (~2-4 s of its start-up); any other URI (sqlite:///, a file store) goes through
+mlflow's own MlflowClient, wrapped to take the same light Metric/Param records.
 """
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 T = TypeVar("T")
-_RETRYABLE = ("database is locked", "database table is locked", "unique constraint", "already exists", "busy")
+_RETRYABLE = ("database is locked", "database table is locked", "unique constraint", "already exists", "busy",
+              "connection refused", "unreachable", "http 502", "http 503", "http 504")
 
 
 # MLflow 3's UI opens an experiment in its GenAI view unless told otherwise: this tag makes it open the classic
@@ -59,14 +65,46 @@ def _retry(fn: Callable[..., T], *args: Any, attempts: int = 30, **kwargs: Any) 
     raise AssertionError("unreachable")
 
 
-def _client(uri: str):
-    from mlflow.tracking import MlflowClient
+_CLIENTS: dict[str, Any] = {}
 
-    return MlflowClient(tracking_uri=uri)
+
+class _LibraryClient:
+    """mlflow.MlflowClient for sqlite/file stores, taking mlflow_rest's light Metric/Param records in log_batch."""
+
+    def __init__(self, uri: str):
+        from mlflow.tracking import MlflowClient
+
+        self._client = MlflowClient(tracking_uri=uri)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def log_batch(self, run_id: str, metrics: Any = (), params: Any = (), tags: Any = ()) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        self._client.log_batch(run_id, metrics=[Metric(m.key, m.value, m.timestamp, m.step) for m in metrics],
+                               params=[Param(p.key, p.value) for p in params], tags=[RunTag(t.key, t.value) for t in tags])
+
+
+def _client(uri: str):
+    """The client for `uri`, made once per process: REST for http(s), mlflow's library otherwise."""
+    if uri not in _CLIENTS:
+        if uri.startswith(("http://", "https://")):
+            from .mlflow_rest import RestClient
+
+            _CLIENTS[uri] = RestClient(uri)
+        else:
+            _CLIENTS[uri] = _LibraryClient(uri)
+    return _CLIENTS[uri]
 
 
 def _artifact_root(uri: str) -> str | None:
-    """Artifacts of a sqlite store live beside it (mlartifacts/), at an absolute path."""
+    """Artifacts of a sqlite store live beside it (mlartifacts/), at an absolute path; also when the store is
+    behind paperflow's own loopback server (PAPERFLOW_TRACKING_STORE names it), so that the store read directly
+    (mlflow ui, MlflowClient on sqlite) finds every artifact without a server."""
+    store = os.environ.get("PAPERFLOW_TRACKING_STORE", "")
+    if uri.startswith(("http://", "https://")) and store.startswith("sqlite:///"):
+        uri = store
     if uri.startswith("sqlite:///"):
         return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
     return None  # a server decides
@@ -109,7 +147,7 @@ class StageRun:
         return self.parent_id or self.run_id
 
     def log(self, step: int, **metrics: float) -> None:
-        from mlflow.entities import Metric
+        from .mlflow_rest import Metric
 
         t0 = time.perf_counter()
         now = int(time.time() * 1000)
@@ -120,7 +158,7 @@ class StageRun:
 
     def log_final(self, metrics: Mapping[str, float], on_parent: bool = True) -> None:
         """Final metrics, logged once: on the parent run (side-by-side Compare), or on this stage's run."""
-        from mlflow.entities import Metric
+        from .mlflow_rest import Metric
 
         now = int(time.time() * 1000)
         items = [Metric(_clean(k), float(v), now, 0) for k, v in metrics.items()]
@@ -129,7 +167,7 @@ class StageRun:
             _retry(_client(self.uri).log_batch, run_id, metrics=items[i : i + 900])
 
     def log_params(self, params: Mapping[str, Any], also_parent: bool = False) -> None:
-        from mlflow.entities import Param
+        from .mlflow_rest import Param
 
         items = [Param(_clean(k), str(v)[:6000]) for k, v in params.items()]
         targets = [self.run_id] + ([self.parent_id] if also_parent and self.parent_id else [])
