@@ -52,7 +52,10 @@ def workspace(tmp_path_factory, repo_resources) -> Path:
     if (ROOT / "sources").exists():
         (ws / "sources").symlink_to(ROOT / "sources")
     run(["git", "init", "-q"], ws)
-    return ws
+    yield ws
+    from paperflow import tracking_server
+
+    tracking_server.stop(ws)  # a run killed by a test leaves its loopback MLflow server up: end it
 
 
 @pytest.fixture(scope="session")

@@ -87,6 +87,8 @@ def start(root: Path, store: str, wait_s: float = 120.0) -> str:
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1", "--artifacts-destination", str(root / "mlartifacts")]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    if store.startswith("sqlite:"):  # measured (SCALEOUT.md): on sqlite the server's connection pool drops
+        env["MLFLOW_SQLALCHEMYSTORE_POOLCLASS"] = "NullPool"  # writers past 16 concurrent ones; NullPool: 32/32
     env.pop("MLFLOW_TRACKING_URI", None)
     with open(root / LOG, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
