@@ -185,13 +185,18 @@ def run_rounds(rounds: int, num_clients: int, clients_per_round: int, gen: torch
                on_round: Callable[[int, dict], None] | None = None) -> None:
     """The round loop: lr = lr_fn(round); sample clients; client_update(k, lr) -> (uploaded state, weight,
     local loss) for each; aggregate(uploads, weights, picked); on_round(round, {"train/loss", "train/lr"})."""
+    from .progress import Progress
+
+    progress = Progress("federated", rounds, unit="round")
     for rnd in range(rounds):
         lr = lr_fn(rnd)
         picked = sample_clients(num_clients, clients_per_round, gen)
         results = [client_update(k, lr) for k in picked]
         aggregate([r[0] for r in results], [r[1] for r in results], picked)
+        loss = float(np.mean([r[2] for r in results]))
+        progress.update(rnd + 1, loss=loss)
         if on_round is not None:
-            on_round(rnd, {"train/loss": float(np.mean([r[2] for r in results])), "train/lr": lr})
+            on_round(rnd, {"train/loss": loss, "train/lr": lr})
 
 
 def client_step_flops(net: nn.Module, input_shape: Sequence[int], phases: Sequence[Sequence[str]] | None = None) -> float:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 
 from .device import current as current_device, to_device
+from .progress import Progress
 
 GradCombiner = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -85,6 +86,7 @@ def train_loop(
             m.to(device)
     start = time.perf_counter()
     loss_value = float("nan")
+    progress = Progress("train", steps)  # a throttled line in the job log (paperflow/progress.py)
     for step in range(steps):
         for m in modules:
             m.train()
@@ -107,6 +109,7 @@ def train_loop(
         loss_value = float(loss.detach())
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"train_loop: loss is {loss_value} at step {step}")
+        progress.update(step + 1, loss=loss_value)
         if log is not None and (step % log_every == 0 or step == steps - 1):
             metrics = {"train/loss": loss_value, "train/lr": optimizer.param_groups[0]["lr"], **extra}
             if losses.dim() > 0:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, stagecache, tracking
+from . import artifacts, progress, stagecache, tracking
 from .config import Settings, config_dict, flatten
 from .device import to_device
 from .registry import get_paper
@@ -147,16 +147,14 @@ def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
                                  "reused": True}, out_dir / "run.json")
             return out_dir / "model.pt"
         _progress(f"{paper}/{variant}/seed{seed}: train")
-        last_print = [time.monotonic()]
+        progress.set_label(f"{paper}/{variant}/seed{seed}")
 
         def log(step: int, **metrics: float) -> None:
             for key, value in metrics.items():
                 curves.setdefault(key, []).append([int(step), float(value)])
             run.log(step, **metrics)
-            if time.monotonic() - last_print[0] > 15:  # progress on long jobs
-                shown = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if "loss" in k)
-                _progress(f"{paper}/{variant}/seed{seed}: step {step} {shown}")
-                last_print[0] = time.monotonic()
+            # loops without a known length (paper-specific ones) still show life; train_loop prints step/total
+            progress.note(f"train: step {step}", **{k: v for k, v in metrics.items() if "loss" in k or k.startswith("val/")})
 
         seed_everything(seed)
         t0 = time.perf_counter()
@@ -230,7 +228,28 @@ def evaluate(ctx: Context, paper: str, variant: str, seed: int) -> Path:
         out = artifacts.save_json(record, run_dir / "metrics.json")
         run.log_final({**metrics, "time/evaluate_s": timing["time/evaluate_s"]})  # train logged its own time
         run.log_artifact(out)
+        claim, metric, note = claim_note(spec, cfg, variant, metrics)
+        if claim:  # what a person sees first on the parent run's page: the claim and this run's value of its metric
+            run.set_parent_tag("claim_metric", metric)
+            run.set_parent_tag("mlflow.note.content", note)
     return out
+
+
+def claim_note(spec: Any, cfg: Any, variant: str, metrics: dict[str, float]) -> tuple[str, str, str]:
+    """(headline claim text, its metric column, a markdown note) for a (variant, seed) run; ("", "", "") if the
+    paper declares no headline. A derived metric (e.g. Delta-m% against other runs) is named, not valued."""
+    heads = [c for c in spec.comparisons(cfg) if getattr(c, "role", "") == "headline"]
+    if not heads:
+        return "", "", ""
+    c = heads[0]
+    column = f"dense/{c.metric}" if c.stage == "dense" else f"compressed:{c.level}/{c.metric}"
+    role = "method" if variant == c.method else "baseline" if variant == c.baseline else "other variant"
+    value = metrics.get(column)
+    shown = f"`{column}` = **{value:.6g}**" if value is not None else \
+        f"`{column}` is derived across runs (results/{spec.id}/metrics.csv, reports/claims.md)"
+    note = (f"**Claim ({spec.id}):** {c.text or spec.claim}\n\nThis run: `{variant}` ({role} of the headline "
+            f"row: {c.method} vs {c.baseline or c.target}); {shown}; better = {c.better}.")
+    return c.text or spec.claim, column, note
 
 
 def run(ctx: Context, paper: str, variant: str, seed: int) -> Path:

@@ -178,6 +178,11 @@ class StageRun:
     def set_tag(self, key: str, value: str) -> None:
         _retry(_client(self.uri).set_tag, self.run_id, key, value)
 
+    def set_parent_tag(self, key: str, value: str) -> None:
+        """A tag on the (variant, seed) parent run (this run's when it has none); `mlflow.note.content` is the
+        description the UI shows at the top of the run page."""
+        _retry(_client(self.uri).set_tag, self.target_id, key, value)
+
     def log_artifact(self, path: str | Path) -> None:
         if Path(path).exists():
             _retry(_client(self.uri).log_artifact, self.run_id, str(path))
@@ -297,4 +302,5 @@ class NullStageRun:
     def log_params(self, params: Mapping[str, Any], also_parent: bool = False) -> None: ...
     def log_artifact(self, path: str | Path) -> None: ...
     def set_tag(self, key: str, value: str) -> None: ...
+    def set_parent_tag(self, key: str, value: str) -> None: ...
     def flush(self) -> None: ...
