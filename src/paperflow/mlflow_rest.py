@@ -99,7 +99,7 @@ def _run(obj: Mapping[str, Any]) -> Run:
 class RestClient:
     """MlflowClient's subset used by paperflow.tracking, for an http(s) tracking URI."""
 
-    def __init__(self, uri: str, timeout_s: float = 30.0):
+    def __init__(self, uri: str, timeout_s: float = 60.0):
         if not uri.startswith(("http://", "https://")):
             raise ValueError(f"RestClient needs an http(s) tracking URI, got {uri!r}")
         self.base = uri.rstrip("/")

@@ -52,13 +52,22 @@ def default_uri(repo_root: str | Path) -> str:
     return f"sqlite:///{Path(repo_root).resolve() / 'mlflow.db'}"
 
 
-def _retry(fn: Callable[..., T], *args: Any, attempts: int = 30, **kwargs: Any) -> T:
+def _retry(fn: Callable[..., T], *args: Any, attempts: int = 1000, **kwargs: Any) -> T:
+    """Call fn, retrying transient errors (sqlite locks, a tracking server that is restarting) with backoff for
+    at most PAPERFLOW_TRACKING_RETRY_S seconds (120 by default), then raise: a job whose tracking server stays
+    down fails loudly instead of running on untracked."""
     delay = 0.05
+    try:
+        budget = float(os.environ.get("PAPERFLOW_TRACKING_RETRY_S", "120"))
+    except ValueError:
+        budget = 120.0
+    deadline = time.monotonic() + budget
     for attempt in range(attempts):
         try:
             return fn(*args, **kwargs)
         except Exception as err:  # mlflow wraps sqlalchemy errors in MlflowException
-            if attempt == attempts - 1 or not any(s in str(err).lower() for s in _RETRYABLE):
+            if (attempt == attempts - 1 or time.monotonic() > deadline
+                    or not any(s in str(err).lower() for s in _RETRYABLE)):
                 raise
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 1.6, 2.0)

@@ -59,6 +59,16 @@ def job_threads(paper, weight=None):
     return min(CORES, max(1, w) * SLOTS_PER_CPU)
 
 
+# Cluster resources (SLURM profile, workflow/profiles/slurm): memory and time scale with the paper's weight
+# (weight 2 = a 135M LM); the local executor ignores them unless --resources limits are given.
+def job_mem_mb(wildcards):
+    return 3000 * max(1, PLAN["papers"][wildcards.paper]["weight"])
+
+
+def job_runtime_min(wildcards):
+    return {"smoke": 10, "default": 60}.get(PROFILE, 240) * max(1, PLAN["papers"][wildcards.paper]["weight"])
+
+
 def resource_path(name):
     return f"resources/{RESOURCES[name].output}"
 

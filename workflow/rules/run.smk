@@ -18,6 +18,9 @@ rule run:
         profile=PROFILE,
         cfg=paper_params,
     threads: lambda wildcards: job_threads(wildcards.paper)
+    resources:
+        mem_mb=job_mem_mb,
+        runtime=job_runtime_min,
     conda:
         "../envs/paperflow.yaml"
     benchmark:
