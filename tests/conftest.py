@@ -62,3 +62,10 @@ def workspace(tmp_path_factory, repo_resources) -> Path:
 def smoke_run(workspace) -> subprocess.CompletedProcess:
     """`snakemake --cores 8 all --config profile=smoke` once per test session."""
     return run(SNAKEMAKE + ["--cores", "8", "all", "--config", "profile=smoke"], workspace, timeout=2700)
+
+def pytest_collection_modifyitems(items):
+    """Tests that need the session's smoke run or real services are `slow`: `pytest -m "not slow"` is the quick
+    unit suite (a few minutes), the full suite (scripts/test.sh, CI) runs everything."""
+    for item in items:
+        if "smoke_run" in getattr(item, "fixturenames", ()) or item.module.__name__ in ("test_scaleout", "test_browser"):
+            item.add_marker(pytest.mark.slow)

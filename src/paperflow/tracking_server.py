@@ -137,3 +137,26 @@ def wanted() -> bool:
     off = ("off", "0", "false", "no")
     return (not os.environ.get("MLFLOW_TRACKING_URI") and os.environ.get("PAPERFLOW_TRACKING", "on").lower() not in off
             and os.environ.get("PAPERFLOW_TRACKING_SERVER", "on").lower() not in off)
+
+
+def start_for_workflow(root: Path) -> str | None:
+    """The Snakefile's onstart: start (or reuse) the loopback server in front of root/mlflow.db when wanted(), and
+    export its URI to this process's environment, which every job inherits. Returns the URI, or None."""
+    if not wanted():
+        return None
+    from .tracking import default_uri
+
+    store = default_uri(root)
+    uri = start(root, store)
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    os.environ["PAPERFLOW_TRACKING_STORE"] = store  # artifacts stay file:// beside the store (tracking._artifact_root)
+    os.environ["PAPERFLOW_OWN_TRACKING_SERVER"] = "1"
+    return uri
+
+
+def stop_for_workflow(root: Path) -> None:
+    """The Snakefile's onsuccess/onerror: stop the server start_for_workflow started (never a user's server)."""
+    if os.environ.pop("PAPERFLOW_OWN_TRACKING_SERVER", None):
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+        os.environ.pop("PAPERFLOW_TRACKING_STORE", None)
+        stop(root)

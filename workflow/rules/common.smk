@@ -136,24 +136,17 @@ def init_tracking():
     # A loopback MLflow server in front of mlflow.db (paperflow/tracking_server.py): jobs inherit its http URI
     # and log over REST without importing mlflow (job start-up), and one process writes the sqlite file.
     from paperflow import tracking_server
-    from paperflow.tracking import default_uri
 
-    if tracking_server.wanted():
-        uri = tracking_server.start(Path.cwd(), default_uri(Path.cwd()))
-        os.environ["MLFLOW_TRACKING_URI"] = uri
-        os.environ["PAPERFLOW_TRACKING_STORE"] = default_uri(Path.cwd())  # artifacts stay file:// beside the store
-        os.environ["PAPERFLOW_OWN_TRACKING_SERVER"] = "1"
+    uri = tracking_server.start_for_workflow(Path.cwd())
+    if uri:
         print(f"paperflow: MLflow tracking server {uri} (store mlflow.db, log logs/mlflow_server.log)", file=sys.stderr)
     shell(f"python3 -m paperflow.cli init-tracking --papers {' '.join(PAPERS)}")
 
 
 def stop_tracking():
-    if os.environ.pop("PAPERFLOW_OWN_TRACKING_SERVER", None):
-        from paperflow import tracking_server
+    from paperflow import tracking_server
 
-        os.environ.pop("MLFLOW_TRACKING_URI", None)
-        os.environ.pop("PAPERFLOW_TRACKING_STORE", None)
-        tracking_server.stop(Path.cwd())
+    tracking_server.stop_for_workflow(Path.cwd())
 
 
 check_sources()
