@@ -63,3 +63,45 @@ def build_overlay_set(
     ia = draw_indices(xa.shape[0], n, g)
     ib = draw_indices(xb.shape[0], n, g)
     return {"x": overlay(xa[ia], xb[ib], canvas, size), "y_a": ya[ia].long(), "y_b": yb[ib].long()}
+
+
+def multi_fashion_mnist(fashion, mnist, n_train: int, n_val: int, n_test: int, mnist_test: int, mnist_val: int,
+                        fashion_val: int, data_seed: int, canvas: int = 36, size: int | None = 28) -> dict[str, torch.Tensor]:
+    """The Multi-Fashion+MNIST splits the MTL papers share (the construction of fairgrad's prepare, same seeds):
+    `fashion` has x_train/y_train/x_test/y_test (Fashion-MNIST), `mnist` has x/y (the 10k MNIST pool).
+    The MNIST pool is split into test digits (mnist_test), validation digits (mnist_val) and training digits;
+    fashion_val Fashion-MNIST train images are held out for validation. Returns uint8 overlays and labels:
+    {"x_train", "ya_train", "yb_train", "x_val", "ya_val", "yb_val", "x_test", "ya_test", "yb_test"}
+    (task a = fashion class of the top-left item, task b = the bottom-right digit)."""
+    mx, my = torch.as_tensor(mnist["x"]), torch.as_tensor(mnist["y"]).long()
+    m_pool, m_test = split_pool(mx.shape[0], mnist_test, data_seed)
+    m_tr, m_va = (m_pool[i] for i in split_pool(len(m_pool), mnist_val, data_seed + 2))
+    fx_tr, fy_tr = torch.as_tensor(fashion["x_train"]), torch.as_tensor(fashion["y_train"]).long()
+    f_tr, f_va = split_pool(fx_tr.shape[0], fashion_val, data_seed + 3)
+    fx_te, fy_te = torch.as_tensor(fashion["x_test"]), torch.as_tensor(fashion["y_test"]).long()
+    kw = dict(canvas=canvas, size=size)
+    out = {}
+    for split, (xa, ya, xb, yb, n, seed) in {
+        "train": (fx_tr[f_tr], fy_tr[f_tr], mx[m_tr], my[m_tr], n_train, data_seed),
+        "val": (fx_tr[f_va], fy_tr[f_va], mx[m_va], my[m_va], n_val, data_seed + 4),
+        "test": (fx_te, fy_te, mx[m_test], my[m_test], n_test, data_seed + 1),
+    }.items():
+        s = build_overlay_set(xa, ya, xb, yb, n, seed, **kw)
+        out.update({f"x_{split}": s["x"], f"ya_{split}": s["y_a"], f"yb_{split}": s["y_b"]})
+    return out
+
+
+def symmetric_label_noise(y: torch.Tensor, rate: float, n_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Label noise as the ExcessMTL code injects it: a random subset of round-down(rate * N) examples
+    (without replacement) gets a label drawn uniformly from all n_classes (possibly the true one).
+    Returns (noisy labels, boolean mask of the chosen examples)."""
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"symmetric_label_noise: rate must be in [0, 1], got {rate}")
+    g = torch.Generator().manual_seed(seed)
+    n = y.shape[0]
+    chosen = torch.randperm(n, generator=g)[: int(n * rate)]
+    noisy = y.clone()
+    noisy[chosen] = torch.randint(0, n_classes, (len(chosen),), generator=g)
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[chosen] = True
+    return noisy, mask

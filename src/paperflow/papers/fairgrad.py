@@ -35,7 +35,6 @@ pruned model is measured against the single-task models pruned at the same level
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,10 +42,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..compress.magnitude import apply_masks, global_magnitude_masks, prunable_weights
 from ..data.multimnist import build_overlay_set, split_pool
 from ..loop import train_loop
 from ..mtl import make_combiner
+from ..mtl_bench import (N_CLASSES, TASKS, MultiLeNet, _images, _stages, accuracies, build_model, compress,  # noqa: F401
+                         delta_m, level_name)
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
 from ..tuning import tune
@@ -55,8 +55,6 @@ MTL_VARIANTS = ("fairgrad", "ls", "mgda", "pcgrad")
 BASELINES = ("ls", "mgda", "pcgrad")
 BEST = "ref|best_baseline"  # derive(): per seed, the rows of the baseline with the best validation Delta-m%
 STL_VARIANTS = {"stl_a": 0, "stl_b": 1}  # single-task variant -> index of its task
-TASKS = ("a", "b")  # a = Fashion-MNIST item (top-left), b = MNIST digit (bottom-right)
-N_CLASSES = 10
 
 
 @dataclass(frozen=True)
@@ -106,10 +104,6 @@ class Config:
         check(self.eval_batch > 0 and self.log_every > 0, "eval_batch and log_every must be > 0")
 
 
-def level_name(sparsity: float) -> str:
-    return f"{sparsity:.2f}"
-
-
 # ----------------------------------------------------------------------------------------------------
 # Data
 
@@ -153,35 +147,8 @@ def tune_lrs(cfg: Config, data: dict) -> dict:
     return out
 
 
-def _images(x: torch.Tensor) -> torch.Tensor:
-    return (x.float() / 255.0)[:, None]  # (B, 1, S, S) in [0, 1]
-
-
 # ----------------------------------------------------------------------------------------------------
 # Model
-
-
-class MultiLeNet(nn.Module):
-    """Shared trunk conv(5)-pool-relu-conv(5)-pool-relu-fc-relu, one linear head per task."""
-
-    def __init__(self, channels=(10, 20), hidden: int = 50, image_size: int = 28, n_tasks: int = 2):
-        super().__init__()
-        c1, c2 = channels
-        side = ((image_size - 4) // 2 - 4) // 2  # after two (conv5, pool2)
-        self.trunk = nn.Sequential(OrderedDict(
-            conv1=nn.Conv2d(1, c1, 5), pool1=nn.MaxPool2d(2), act1=nn.ReLU(),
-            conv2=nn.Conv2d(c1, c2, 5), pool2=nn.MaxPool2d(2), act2=nn.ReLU(),
-            flat=nn.Flatten(), fc=nn.Linear(c2 * side * side, hidden), act3=nn.ReLU(),
-        ))
-        self.heads = nn.ModuleList(nn.Linear(hidden, N_CLASSES) for _ in range(n_tasks))
-
-    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        z = self.trunk(x)  # (B, hidden)
-        return [head(z) for head in self.heads]  # K x (B, 10)
-
-
-def build_model(arch: dict) -> MultiLeNet:
-    return MultiLeNet(tuple(arch["channels"]), arch["hidden"], arch["image_size"], len(TASKS))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -232,21 +199,6 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     return {**model, "tuning": {k: float(v) for k, v in tuning.items()}}
 
 
-@torch.no_grad()
-def accuracies(cfg: Config, model: dict, x: torch.Tensor, ys: dict) -> dict:
-    """Accuracy (%) of each trained task of the model on images x with labels ys {"a": ..., "b": ...}."""
-    net = build_model(model["arch"])
-    net.load_state_dict(model["state"])
-    net.eval()
-    correct = {t: 0 for t in model["arch"]["tasks"]}
-    for start in range(0, x.shape[0], cfg.eval_batch):
-        outs = net(_images(x[start : start + cfg.eval_batch]))
-        for t in correct:
-            pred = outs[TASKS.index(t)].argmax(1)
-            correct[t] += int((pred == ys[t][start : start + cfg.eval_batch]).sum())
-    return {t: 100.0 * c / x.shape[0] for t, c in correct.items()}
-
-
 def evaluate(cfg: Config, model: dict, data: dict) -> dict:
     """Test accuracy (%) of each trained task: acc_a, acc_b (and acc_mean) for multi-task models; only
     the trained task's accuracy for a single-task model (its other head is untrained, not reported);
@@ -259,29 +211,8 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
     return metrics
 
 
-def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
-    """Global magnitude pruning of the shared trunk's weights at each level; heads untouched."""
-    trunk = prunable_weights(model["state"], include=("trunk.",))  # conv1/conv2/fc weights
-    out = {}
-    for s in cfg.sparsities:
-        masks = global_magnitude_masks(trunk, s)
-        out[level_name(s)] = {"state": apply_masks(model["state"], masks), "arch": model["arch"]}
-    return out
-
-
 # ----------------------------------------------------------------------------------------------------
 # Delta-m% and the claims
-
-
-def delta_m(metrics: list[float], reference: list[float], higher_better: list[bool]) -> float:
-    """Delta-m% = (1/K) sum_k (-1)^delta_k (M_k - M_ref,k) / M_ref,k * 100, delta_k = 1 if higher is
-    better (Maninis et al. 2019; the FairGrad paper's metric). Lower is better."""
-    terms = [(-1.0 if hb else 1.0) * (m - r) / r for m, r, hb in zip(metrics, reference, higher_better)]
-    return 100.0 * sum(terms) / len(terms)
-
-
-def _stages(row: dict) -> set[str]:
-    return {col.rsplit("/", 1)[0] for col in row if "/" in col}
 
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
