@@ -8,39 +8,54 @@ import hashlib
 import shutil
 from pathlib import Path
 
+import yaml
+
 from conftest import PYTHON, ROOT, SNAKEMAKE, copy_checkout, run
 
 DVC = [PYTHON, "-m", "dvc"]
 
 
-def _digests(root: Path, folders: tuple[str, ...]) -> dict[str, str]:
+def _dvc_outs(root: Path) -> list[str]:
+    """Every path dvc.yaml declares as an output (outs, metrics, plots) except resources/ (rebuilt, not pushed)."""
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    paths = [next(iter(o)) if isinstance(o, dict) else o for st in stages.values()
+             for kind in ("outs", "metrics", "plots") for o in st.get(kind, [])]
+    return [p for p in paths if not p.startswith("resources/")]
+
+
+def _digests(root: Path, paths: list[str]) -> dict[str, str]:
     out = {}
-    for folder in folders:
-        for path in sorted((root / folder).rglob("*")):
+    for rel in paths:
+        top = root / rel
+        for path in sorted([top] if top.is_file() else top.rglob("*")):
             if path.is_file():
                 out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
 
 def test_dvc_pull_on_a_fresh_clone_restores_results(workspace, smoke_run, tmp_path):
+    # a copy of the session's workspace: `dvc commit` rewrites outputs (new mtimes), which later tests must not see
+    made = tmp_path / "made"
+    shutil.copytree(workspace, made, symlinks=True, ignore=shutil.ignore_patterns(".snakemake", "logs", "mlartifacts", "mlflow.db"))
     remote = tmp_path / "remote"
-    # copies, not hardlinks, in this shared session workspace: later tests rewrite result files in place
-    run(DVC + ["config", "--local", "cache.type", "copy"], workspace)
-    run(DVC + ["remote", "add", "--force", "-d", "store", str(remote)], workspace)
-    run(DVC + ["commit", "--force"], workspace, timeout=1200)  # record what Snakemake made (README "DVC")
-    pushed = run(DVC + ["push"], workspace, timeout=1200)
+    run(DVC + ["config", "--local", "cache.type", "copy"], made)
+    run(DVC + ["remote", "add", "--force", "-d", "store", str(remote)], made)
+    run(DVC + ["commit", "--force"], made, timeout=1200)  # record what Snakemake made (README "DVC")
+    pushed = run(DVC + ["push"], made, timeout=1200)
     assert remote.exists() and any(remote.rglob("*")), pushed.stdout
 
     clone = copy_checkout(tmp_path / "clone")  # the git files of a fresh clone ...
-    shutil.copy(workspace / "dvc.lock", clone / "dvc.lock")  # ... plus what the team commits after a push
-    shutil.copy(workspace / ".dvc" / "config", clone / ".dvc" / "config")
+    shutil.copy(made / "dvc.lock", clone / "dvc.lock")  # ... plus what the team commits after a push
+    shutil.copy(made / ".dvc" / "config", clone / ".dvc" / "config")
     (clone / "resources").symlink_to(ROOT / "resources")  # rebuilt by scripts/setup.sh, never pushed (cache: false)
     run(["git", "init", "-q"], clone)
     assert not (clone / "results").exists()
 
     run(DVC + ["pull"], clone, timeout=1200)
-    folders = ("results", "reports")
-    assert _digests(clone, folders) == _digests(workspace, folders)
+    outs = _dvc_outs(clone)
+    restored = _digests(clone, outs)
+    assert restored == _digests(made, outs)
+    assert any(k.startswith("results/") for k in restored) and "reports/claims.csv" in restored
 
     status = run(DVC + ["status"], clone, timeout=600)
     assert "up to date" in status.stdout.lower(), status.stdout[-3000:]

@@ -110,7 +110,8 @@ def dvc_stages() -> dict:
         "params": ["profile"],
         "deps": ["src/paperflow/report"] + [f"results/{s.id}/metrics.csv" for s in papers],
         "outs": [{f"reports/{name}": {"persist": True}} for name in ("claims.csv", "claims.md", "index.html")],
-        "metrics": [{f"reports/metrics/{s.id}.json": {"persist": True, "cache": False}} for s in papers],
+        # cached (not git-tracked: reports/ is ignored), so a DVC remote carries them with the rest of the report
+        "metrics": [{f"reports/metrics/{s.id}.json": {"persist": True}} for s in papers],
         "plots": [{"reports/figures": {"persist": True}}],
     }
     return {"stages": stages}
