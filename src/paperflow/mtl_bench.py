@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -83,3 +84,25 @@ def delta_m(metrics: list[float], reference: list[float], higher_better: list[bo
 
 def _stages(row: dict) -> set[str]:
     return {col.rsplit("/", 1)[0] for col in row if "/" in col}
+
+
+def tune_lrs(cfg, data: dict, names, fit_fn) -> dict:
+    """Equal tuning shared by excessmtl and bayesagg_mtl: for every name (variant or single-task model), each lr of
+    cfg.lr_grid is trained for cfg.tune_steps steps with seed cfg.tune_seed by fit_fn(cfg, data, name, seed, lr,
+    steps, log) and scored by the mean validation accuracy of its trained tasks; the best lr is kept (ties: the
+    smaller; a diverging lr scores nan and never wins). Returns {name: tuning info + val_acc_<task>}."""
+    from .tuning import tune
+
+    out = {}
+    for name in names:
+        def fit(lr: float, name: str = name):
+            try:
+                model = fit_fn(cfg, data, name, cfg.tune_seed, lr, cfg.tune_steps, None)
+            except FloatingPointError:
+                return {}, float("nan")
+            acc = accuracies(cfg, model, data["x_val"], {"a": data["ya_val"], "b": data["yb_val"]})
+            return acc, float(np.mean(list(acc.values())))
+
+        acc, info = tune(cfg.lr_grid, fit, higher=True, name="lr")
+        out[name] = {**info, **{f"val_acc_{t}": v for t, v in acc.items()}}
+    return out

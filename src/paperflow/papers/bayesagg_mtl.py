@@ -39,9 +39,9 @@ from ..loop import train_loop
 from ..mtl import bayesagg_aggregate, laplace_multiclass_posterior, make_combiner, mc_grad_moments_multiclass
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
-from ..tuning import tune
 from ..mtl_bench import _images, _stages, accuracies, build_model, delta_m, level_name
 from ..mtl_bench import compress as trunk_magnitude_compress
+from ..mtl_bench import tune_lrs as shared_tune_lrs
 
 MTL_VARIANTS = ("bayesagg", "ls", "mgda", "nashmtl")
 BASELINES = ("ls", "mgda", "nashmtl")
@@ -108,21 +108,8 @@ def prepare(cfg: Config, res) -> dict:
 
 
 def tune_lrs(cfg: Config, data: dict) -> dict:
-    """Equal tuning: every method and single-task model, each lr of the grid, tune_steps steps (seed tune_seed),
-    scored by the mean validation accuracy of its trained tasks; best lr kept (ties: smaller)."""
-    out = {}
-    for name in TUNED:
-        def fit(lr: float, name: str = name):
-            try:
-                model = fit_one(cfg, data, name, cfg.tune_seed, lr, cfg.tune_steps, None)
-            except FloatingPointError:  # a diverging lr scores nan and never wins
-                return {}, float("nan")
-            acc = accuracies(cfg, model, data["x_val"], {"a": data["ya_val"], "b": data["yb_val"]})
-            return acc, float(np.mean(list(acc.values())))
-
-        acc, info = tune(cfg.lr_grid, fit, higher=True, name="lr")
-        out[name] = {**info, **{f"val_acc_{t}": v for t, v in acc.items()}}
-    return out
+    """Equal tuning (mtl_bench.tune_lrs): every entry of TUNED, the same lr grid, scored on validation accuracy."""
+    return shared_tune_lrs(cfg, data, TUNED, fit_one)
 
 
 class BayesAggObjective:

@@ -40,9 +40,9 @@ from ..loop import train_loop
 from ..mtl import make_combiner
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
-from ..tuning import tune
 from ..mtl_bench import N_CLASSES, _images, accuracies, build_model, level_name
 from ..mtl_bench import compress as trunk_magnitude_compress
+from ..mtl_bench import tune_lrs as shared_tune_lrs
 
 VARIANTS = ("excessmtl", "ls", "dwa", "groupdro", "dwa_clean")
 COMBINER_OF = {"excessmtl": "excessmtl", "ls": "ls", "dwa": "dwa", "groupdro": "groupdro", "dwa_clean": "dwa"}
@@ -107,21 +107,8 @@ def prepare(cfg: Config, res) -> dict:
 
 
 def tune_lrs(cfg: Config, data: dict) -> dict:
-    """Equal tuning: each variant, each lr of the grid, tune_steps steps with seed tune_seed, scored by the mean
-    clean validation accuracy of both tasks; best lr kept (ties: smaller)."""
-    out = {}
-    for variant in VARIANTS:
-        def fit(lr: float, variant: str = variant):
-            try:
-                model = fit_model(cfg, data, variant, cfg.tune_seed, lr, cfg.tune_steps, None)
-            except FloatingPointError:  # a diverging lr scores nan and never wins
-                return {}, float("nan")
-            acc = accuracies(cfg, model, data["x_val"], {"a": data["ya_val"], "b": data["yb_val"]})
-            return acc, float(np.mean(list(acc.values())))
-
-        acc, info = tune(cfg.lr_grid, fit, higher=True, name="lr")
-        out[variant] = {**info, **{f"val_acc_{t}": v for t, v in acc.items()}}
-    return out
+    """Equal tuning (mtl_bench.tune_lrs): every entry of VARIANTS, the same lr grid, scored on validation accuracy."""
+    return shared_tune_lrs(cfg, data, VARIANTS, fit_model)
 
 
 def fit_model(cfg: Config, data: dict, variant: str, seed: int, lr: float, steps: int, log) -> dict:
