@@ -106,3 +106,42 @@ def tune_lrs(cfg, data: dict, names, fit_fn) -> dict:
         acc, info = tune(cfg.lr_grid, fit, higher=True, name="lr")
         out[name] = {**info, **{f"val_acc_{t}": v for t, v in acc.items()}}
     return out
+
+
+def best_baseline(rows: list[dict], baselines, refs: dict) -> str | None:
+    """The baseline with the lowest VALIDATION Delta-m%: its tuned lr's validation accuracies (the tuning record in
+    the rows, the same for every seed) against the tuned single-task reference(s); refs = {"a": variant giving
+    task a's reference, "b": ...}. Ties go to the order of `baselines`; None without tuning records."""
+    first: dict = {}
+    for r in rows:
+        first.setdefault(r["variant"], r)
+    try:
+        ref = [first[refs["a"]]["dense/val_acc_a"], first[refs["b"]]["dense/val_acc_b"]]
+        scores = {b: delta_m([first[b]["dense/val_acc_a"], first[b]["dense/val_acc_b"]], ref, [True, True]) for b in baselines}
+    except (KeyError, TypeError):  # no tuning record in the rows (older runs, partial tables)
+        return None
+    return min(baselines, key=lambda b: (scores[b], list(baselines).index(b)))
+
+
+def derive_delta_m(rows: list[dict], mtl_variants, baselines, refs: dict, best_view: str) -> list[dict]:
+    """Add "<stage>/delta_m" to each multi-task row against the same seed's references at the same stage ("dense"
+    or "compressed:<level>"; refs as in best_baseline), then the view `best_view`: per seed, a copy of the rows of
+    the baseline best_baseline() picks, with "dense/best_baseline" = its index. Rows without references are kept
+    unchanged."""
+    by = {(r["variant"], r["seed"]): r for r in rows}
+    out = []
+    for row in rows:
+        row = dict(row)
+        ra, rb = by.get((refs["a"], row["seed"])), by.get((refs["b"], row["seed"]))
+        if row["variant"] in mtl_variants and ra is not None and rb is not None:
+            for stage in sorted(_stages(row)):
+                m = [row.get(f"{stage}/acc_a"), row.get(f"{stage}/acc_b")]
+                ref = [ra.get(f"{stage}/acc_a"), rb.get(f"{stage}/acc_b")]
+                if None not in m and None not in ref:
+                    row[f"{stage}/delta_m"] = delta_m(m, ref, [True, True])
+        out.append(row)
+    best = best_baseline(rows, baselines, refs)
+    if best is not None:
+        out += [{**r, "variant": best_view, "dense/best_baseline": float(list(baselines).index(best))}
+                for r in out if r["variant"] == best]
+    return out

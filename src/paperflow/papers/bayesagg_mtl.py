@@ -39,8 +39,9 @@ from ..loop import train_loop
 from ..mtl import bayesagg_aggregate, laplace_multiclass_posterior, make_combiner, mc_grad_moments_multiclass
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
-from ..mtl_bench import _images, _stages, accuracies, build_model, delta_m, level_name
+from ..mtl_bench import _images, accuracies, build_model, level_name
 from ..mtl_bench import compress as trunk_magnitude_compress
+from ..mtl_bench import best_baseline as shared_best_baseline, derive_delta_m
 from ..mtl_bench import tune_lrs as shared_tune_lrs
 
 MTL_VARIANTS = ("bayesagg", "ls", "mgda", "nashmtl")
@@ -50,6 +51,7 @@ STL = {"stl_a": 0, "stl_b": 1}  # single-task models (tuned separately, trained 
 TUNED = MTL_VARIANTS + tuple(STL)
 TASKS = ("a", "b")
 BEST = "ref|best_baseline"
+REFS = {"a": "stl", "b": "stl"}  # task -> the single-task variant whose accuracy is that task's Delta-m% reference
 
 
 @dataclass(frozen=True)
@@ -251,37 +253,14 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 
 def best_baseline(rows: list[dict]) -> str | None:
-    """The baseline with the lowest validation Delta-m% (tuning runs' validation accuracies vs the tuned STL
-    models'); ties to BASELINES order."""
-    first = {}
-    for r in rows:
-        first.setdefault(r["variant"], r)
-    try:
-        ref = [first["stl"]["dense/val_acc_a"], first["stl"]["dense/val_acc_b"]]
-        scores = {b: delta_m([first[b]["dense/val_acc_a"], first[b]["dense/val_acc_b"]], ref, [True, True]) for b in BASELINES}
-    except (KeyError, TypeError):
-        return None
-    return min(BASELINES, key=lambda b: (scores[b], BASELINES.index(b)))
+    """The baseline with the lowest validation Delta-m% against the tuned STL models (mtl_bench.best_baseline)."""
+    return shared_best_baseline(rows, BASELINES, REFS)
 
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
-    """"<stage>/delta_m" for every multi-task row against the same seed's "stl" row at the same stage; then the
-    view BEST (per seed, the rows of the baseline chosen on validation)."""
-    refs = {r["seed"]: r for r in rows if r["variant"] == "stl"}
-    out = []
-    for row in rows:
-        row, ref = dict(row), refs.get(row["seed"])
-        if row["variant"] in MTL_VARIANTS and ref is not None:
-            for stage in sorted(_stages(row)):
-                cols = [f"{stage}/acc_a", f"{stage}/acc_b"]
-                m, r = [row.get(c) for c in cols], [ref.get(c) for c in cols]
-                if None not in m and None not in r:
-                    row[f"{stage}/delta_m"] = delta_m(m, r, [True, True])
-        out.append(row)
-    best = best_baseline(rows)
-    if best is not None:
-        out += [{**r, "variant": BEST, "dense/best_baseline": float(BASELINES.index(best))} for r in out if r["variant"] == best]
-    return out
+    """"<stage>/delta_m" for every multi-task row against the same seed's "stl" row (it trains both tasks) at the
+    same stage, then the view BEST (mtl_bench.derive_delta_m)."""
+    return derive_delta_m(rows, MTL_VARIANTS, BASELINES, REFS, BEST)
 
 
 def comparisons(cfg: Config) -> list[Comparison]:

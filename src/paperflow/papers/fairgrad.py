@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from ..data.multimnist import build_overlay_set, split_pool
 from ..loop import train_loop
 from ..mtl import make_combiner
+from ..mtl_bench import best_baseline as shared_best_baseline, derive_delta_m
 from ..mtl_bench import (N_CLASSES, TASKS, MultiLeNet, _images, _stages, accuracies, build_model, compress,  # noqa: F401
                          delta_m, level_name)
 from ..registry import register_paper
@@ -54,6 +55,7 @@ from ..tuning import tune
 MTL_VARIANTS = ("fairgrad", "ls", "mgda", "pcgrad")
 BASELINES = ("ls", "mgda", "pcgrad")
 BEST = "ref|best_baseline"  # derive(): per seed, the rows of the baseline with the best validation Delta-m%
+REFS = {"a": "stl_a", "b": "stl_b"}  # task -> the single-task variant whose accuracy is that task's Delta-m% reference
 STL_VARIANTS = {"stl_a": 0, "stl_b": 1}  # single-task variant -> index of its task
 
 
@@ -216,39 +218,14 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
 
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
-    """Add "<stage>/delta_m" to each multi-task row, against stl_a (acc_a) and stl_b (acc_b) of the
-    same seed at the same stage ("dense" or "compressed:<level>"); rows without references are unchanged.
-    Then add the view BEST: per seed, a copy of the rows of the baseline chosen by best_baseline()."""
-    refs = {(r["variant"], r["seed"]): r for r in rows if r["variant"] in STL_VARIANTS}
-    out = []
-    for row in rows:
-        row = dict(row)
-        ra, rb = refs.get(("stl_a", row["seed"])), refs.get(("stl_b", row["seed"]))
-        if row["variant"] in MTL_VARIANTS and ra is not None and rb is not None:
-            for stage in sorted(_stages(row)):
-                cols = [f"{stage}/acc_a", f"{stage}/acc_b"]
-                m, ref = [row.get(cols[0]), row.get(cols[1])], [ra.get(cols[0]), rb.get(cols[1])]
-                if None not in m and None not in ref:
-                    row[f"{stage}/delta_m"] = delta_m(m, ref, [True, True])
-        out.append(row)
-    best = best_baseline(rows)
-    if best is not None:
-        out += [{**r, "variant": BEST, "dense/best_baseline": float(BASELINES.index(best))} for r in out if r["variant"] == best]
-    return out
+    """"<stage>/delta_m" on each multi-task row against stl_a (acc_a) and stl_b (acc_b) of the same seed and stage,
+    then the view BEST (mtl_bench.derive_delta_m)."""
+    return derive_delta_m(rows, MTL_VARIANTS, BASELINES, REFS, BEST)
 
 
 def best_baseline(rows: list[dict]) -> str | None:
-    """The baseline with the lowest VALIDATION Delta-m% (its tuned lr's validation accuracies against the tuned
-    single-task models', all from prepare()'s tuning runs; the same for every seed); ties to BASELINES order."""
-    first = {}
-    for r in rows:
-        first.setdefault(r["variant"], r)
-    try:
-        ref = [first["stl_a"]["dense/val_acc_a"], first["stl_b"]["dense/val_acc_b"]]
-        scores = {b: delta_m([first[b]["dense/val_acc_a"], first[b]["dense/val_acc_b"]], ref, [True, True]) for b in BASELINES}
-    except (KeyError, TypeError):  # no tuning record in the rows (older runs, partial tables)
-        return None
-    return min(BASELINES, key=lambda b: (scores[b], BASELINES.index(b)))
+    """The baseline (LS, MGDA, PCGrad) with the lowest validation Delta-m% (mtl_bench.best_baseline)."""
+    return shared_best_baseline(rows, BASELINES, REFS)
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
