@@ -9,7 +9,9 @@ spawns, alternating: (a) `python -c "import torch"`, (b) the same plus one AdamW
 any job that trains with torch.optim: the optimizer's step imports torch._dynamo), (c) the real job logging to
 the sqlite store through the mlflow library (PAPERFLOW_TRACKING_SERVER=off), (d) the real job as the workflow
 runs it, logging over REST to the loopback tracking server (paperflow/tracking_server.py, started once here as
-the Snakefile's onstart does). Jobs are killed as soon as their train stage starts. It prints the medians, the
+the Snakefile's onstart does), (e) the job as the workflow runs it now: `python -m paperflow.job`, handed to the job
+fork server (paperflow/jobserver.py, torch and the papers imported once) and logging over REST. Jobs are killed
+as soon as their train stage starts. It prints the medians, the
 ratios to (a) and (b), the modules that cost most in (d) (`python -X importtime`), and the number of jobs in the
 default DAG (what a second of start cost is multiplied by). Run it on an idle machine: the ratios are what it is
 for.
@@ -54,10 +56,12 @@ def spawn_seconds(code: str) -> float:
     return time.perf_counter() - t0
 
 
-def job_start_seconds(ws: Path, paper: str, variant: str, extra: list[str] | None = None, server: str | None = None) -> float:
+def job_start_seconds(ws: Path, paper: str, variant: str, extra: list[str] | None = None, server: str | None = None,
+                      forked: bool = False) -> float:
     """Seconds until the job prints that its train stage starts; the job is then killed."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PAPERFLOW_STAGE_CACHE": "off", **_server_env(ws, server)}
-    cmd = [PY, *(extra or []), "-m", "paperflow.cli", "stage", "run", "--paper", paper, "--variant", variant,
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PAPERFLOW_STAGE_CACHE": "off", **_server_env(ws, server),
+           "PAPERFLOW_JOBSERVER": "on" if forked else "off"}
+    cmd = [PY, *(extra or []), "-m", "paperflow.job" if forked else "paperflow.cli", "stage", "run", "--paper", paper, "--variant", variant,
            "--seed", "0", "--profile", "smoke", "--threads", "1"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -123,32 +127,42 @@ def main() -> int:
 
     variant = get_paper(args.paper).variants[0]
     ws = scratch_checkout(args.paper)
-    from paperflow import tracking_server
+    from paperflow import jobserver, tracking_server
     from paperflow.tracking import default_uri
 
     t0 = time.perf_counter()
     server = tracking_server.start(ws, default_uri(ws))
     server_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    os.environ.update({"MLFLOW_TRACKING_URI": server, "PAPERFLOW_TRACKING_STORE": default_uri(ws)})  # what jobs inherit
+    jobserver.start(ws)
+    jobserver_s = time.perf_counter() - t0
+    for key in ("MLFLOW_TRACKING_URI", "PAPERFLOW_TRACKING_STORE"):
+        os.environ.pop(key)
     try:
-        a, b, c, d = [], [], [], []
+        a, b, c, d, e = [], [], [], [], []
         for _ in range(args.repeats):  # interleaved, so drifting load hits all four alike
             a.append(spawn_seconds(TORCH_ONLY))
             b.append(spawn_seconds(TORCH_STEP))
             c.append(job_start_seconds(ws, args.paper, variant))
             d.append(job_start_seconds(ws, args.paper, variant, server=server))
-        ma, mb, mc, md = (statistics.median(x) for x in (a, b, c, d))
+            e.append(job_start_seconds(ws, args.paper, variant, server=server, forked=True))
+        ma, mb, mc, md, me = (statistics.median(x) for x in (a, b, c, d, e))
         print(f"job start ({args.paper}/{variant}, median of {args.repeats}, {os.cpu_count()} CPUs):")
         print(f"  (a) python -c 'import torch'                 {ma:6.2f} s")
         print(f"  (b) import torch + one AdamW step (floor)    {mb:6.2f} s   b/a = {mb / ma:.2f}")
         print(f"  (c) job to its train stage, mlflow library   {mc:6.2f} s   c/a = {mc / ma:.2f}   c/b = {mc / mb:.2f}")
         print(f"  (d) job to its train stage, REST to server   {md:6.2f} s   d/a = {md / ma:.2f}   d/b = {md / mb:.2f}")
+        print(f"  (e) job to its train stage, job server       {me:6.2f} s   e/a = {me / ma:.2f}   e/b = {me / mb:.2f}")
         print(f"  loopback tracking server start (once per workflow run): {server_s:.1f} s")
+        print(f"  job server start, torch and every paper imported (once per workflow run): {jobserver_s:.1f} s")
         print("  top-level imports of (d), cumulative s (-X importtime, one run):")
         for seconds, pkg in importtime_top(ws, args.paper, variant, server=server):
             print(f"    {pkg:<28} {seconds:6.2f}")
         jobs = default_dag_jobs()
         print(f"default DAG: {jobs} jobs; each second of start cost is {jobs / 60:.1f} min of job time")
     finally:
+        jobserver.stop(ws)
         tracking_server.stop(ws)
         shutil.rmtree(ws, ignore_errors=True)
     return 0

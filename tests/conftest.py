@@ -53,9 +53,10 @@ def workspace(tmp_path_factory, repo_resources) -> Path:
         (ws / "sources").symlink_to(ROOT / "sources")
     run(["git", "init", "-q"], ws)
     yield ws
-    from paperflow import tracking_server
+    from paperflow import jobserver, tracking_server
 
     tracking_server.stop(ws)  # a run killed by a test leaves its loopback MLflow server up: end it
+    jobserver.stop(ws)  # and its job server
 
 
 @pytest.fixture(scope="session")
@@ -67,5 +68,6 @@ def pytest_collection_modifyitems(items):
     """Tests that need the session's smoke run or real services are `slow`: `pytest -m "not slow"` is the quick
     unit suite (a few minutes), the full suite (scripts/test.sh, CI) runs everything."""
     for item in items:
-        if "smoke_run" in getattr(item, "fixturenames", ()) or item.module.__name__ in ("test_scaleout", "test_browser"):
+        fixtures = getattr(item, "fixturenames", ())
+        if "smoke_run" in fixtures or "served_ws" in fixtures or item.module.__name__ in ("test_scaleout", "test_browser"):
             item.add_marker(pytest.mark.slow)

@@ -11,6 +11,7 @@ only the owl stage and the report, and `dvc exp show` / `dvc metrics diff` compa
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import yaml
@@ -37,7 +38,18 @@ def _module_file(name: str) -> Path | None:
 
 
 def _imports(path: Path) -> set[str]:
-    """paperflow modules imported by `path` (absolute and relative imports)."""
+    """paperflow modules imported by `path` (absolute and relative imports); parsed once per file version
+    (the job server parses every paper once, and its forked jobs reuse the result)."""
+    st = path.stat()
+    return set(_imports_of_version(path, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=None)
+def _imports_of_version(path: Path, mtime_ns: int, size: int) -> frozenset[str]:
+    return frozenset(_parse_imports(path))
+
+
+def _parse_imports(path: Path) -> set[str]:
     if not path.is_relative_to(PKG):  # a plugin paper kept outside the package: absolute imports only
         return {n for node in ast.walk(ast.parse(path.read_text())) for n in _absolute(node)}
     parts = ["paperflow", *path.relative_to(PKG).with_suffix("").parts]

@@ -230,8 +230,7 @@ def evaluate(ctx: Context, paper: str, variant: str, seed: int) -> Path:
         run.log_artifact(out)
         claim, metric, note = claim_note(spec, cfg, variant, metrics)
         if claim:  # what a person sees first on the parent run's page: the claim and this run's value of its metric
-            run.set_parent_tag("claim_metric", metric)
-            run.set_parent_tag("mlflow.note.content", note)
+            run.set_parent_tags({"claim_metric": metric, "mlflow.note.content": note})
     return out
 
 

@@ -119,7 +119,13 @@ def _artifact_root(uri: str) -> str | None:
     return None  # a server decides
 
 
+_EXPERIMENT_IDS: dict[tuple[str, str], str] = {}  # (uri, name) -> id: one lookup per process, not one per stage
+_RUNS_MADE_HERE: set[str] = set()  # parent runs this process created: known to exist without asking the server
+
+
 def experiment_id(uri: str, name: str) -> str:
+    if (uri, name) in _EXPERIMENT_IDS:
+        return _EXPERIMENT_IDS[(uri, name)]
     client = _client(uri)
 
     def get_or_create() -> str:
@@ -129,7 +135,16 @@ def experiment_id(uri: str, name: str) -> str:
         root = _artifact_root(uri)
         return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=EXPERIMENT_TAGS)
 
-    return _retry(get_or_create)
+    _EXPERIMENT_IDS[(uri, name)] = _retry(get_or_create)
+    return _EXPERIMENT_IDS[(uri, name)]
+
+
+def set_tags(uri: str, run_id: str, tags: Mapping[str, str]) -> None:
+    """Several tags in one request (log_batch) instead of one set-tag call each."""
+    from .mlflow_rest import Param
+
+    if tags:
+        _retry(_client(uri).log_batch, run_id, tags=[Param(str(k), str(v)) for k, v in tags.items()])
 
 
 def init_store(uri: str, experiments: list[str]) -> None:
@@ -190,7 +205,10 @@ class StageRun:
     def set_parent_tag(self, key: str, value: str) -> None:
         """A tag on the (variant, seed) parent run (this run's when it has none); `mlflow.note.content` is the
         description the UI shows at the top of the run page."""
-        _retry(_client(self.uri).set_tag, self.target_id, key, value)
+        self.set_parent_tags({key: value})
+
+    def set_parent_tags(self, tags: Mapping[str, str]) -> None:
+        set_tags(self.uri, self.target_id, tags)
 
     def log_artifact(self, path: str | Path) -> None:
         if Path(path).exists():
@@ -221,6 +239,7 @@ def create_parent_run(uri: str, paper: str, variant: str, seed: int, tags: Mappi
         tags={**tags, "paper": paper, "variant": variant, "seed": str(seed), "stage": "run", "current": "true"},
     )
     supersede(uri, exp, variant, seed, run.info.run_id)
+    _RUNS_MADE_HERE.add(run.info.run_id)
     return run.info.run_id
 
 
@@ -243,14 +262,15 @@ def supersede(uri: str, experiment: str, variant: str, seed: int, current: str) 
                 if child.info.status == "RUNNING":
                     set_run_status(uri, child.info.run_id, "KILLED")
             set_run_status(uri, r.info.run_id, "KILLED")
-        _retry(client.set_tag, r.info.run_id, "current", "false")
-        _retry(client.set_tag, r.info.run_id, "superseded_by", current)
+        set_tags(uri, r.info.run_id, {"current": "false", "superseded_by": current})
     return [r.info.run_id for r in old]
 
 
 def parent_exists(uri: str, run_id: str | None) -> bool:
     if not run_id:
         return False
+    if run_id in _RUNS_MADE_HERE:  # the train stage of this same job created it
+        return True
     try:
         _retry(_client(uri).get_run, run_id)
         return True
@@ -312,4 +332,5 @@ class NullStageRun:
     def log_artifact(self, path: str | Path) -> None: ...
     def set_tag(self, key: str, value: str) -> None: ...
     def set_parent_tag(self, key: str, value: str) -> None: ...
+    def set_parent_tags(self, tags: Mapping[str, str]) -> None: ...
     def flush(self) -> None: ...

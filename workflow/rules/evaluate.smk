@@ -15,6 +15,7 @@ rule collect:
     benchmark:
         "logs/{paper}/collect.benchmark.tsv"
     log:
-        "logs/{paper}/collect.log",
+        main="logs/{paper}/collect.log",
+        usage="logs/{paper}/collect.usage.json",
     shell:
-        "python3 -m paperflow.cli stage collect --paper {wildcards.paper} --profile {params.profile} 2>&1 | tee {log}"
+        "python3 -m paperflow.job --usage {log.usage} stage collect --paper {wildcards.paper} --profile {params.profile} 2>&1 | tee {log.main}"

@@ -19,7 +19,8 @@ rule prepare:
     benchmark:
         "logs/{paper}/prepare.benchmark.tsv"
     log:
-        "logs/{paper}/prepare.log",
+        main="logs/{paper}/prepare.log",
+        usage="logs/{paper}/prepare.usage.json",
     shell:
-        "python3 -m paperflow.cli stage prepare --paper {wildcards.paper} --profile {params.profile} "
-        "--job-threads {threads} 2>&1 | tee {log}"
+        "python3 -m paperflow.job --usage {log.usage} stage prepare --paper {wildcards.paper} --profile {params.profile} "
+        "--job-threads {threads} 2>&1 | tee {log.main}"

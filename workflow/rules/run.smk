@@ -1,7 +1,8 @@
 # Per (paper, variant, seed): train -> compress -> evaluate, one job (one process) with three tracked
-# stages and their own atomic artifacts. One job instead of three saves ~5 s of torch/mlflow start-up
-# per stage, which dominates small profiles (DESIGN.md, "Jobs"); `paperflow stage train|compress|evaluate`
-# still runs each stage on its own.
+# stages and their own atomic artifacts. One job instead of three saves a start-up per stage, and the job
+# server (paperflow/jobserver.py, via `paperflow.job`) saves the ~3 s torch import of each job, which
+# dominated small profiles (DESIGN.md, "Jobs"); `paperflow stage train|compress|evaluate` still runs each
+# stage on its own.
 
 
 rule run:
@@ -26,7 +27,8 @@ rule run:
     benchmark:
         "logs/{paper}/{variant}/seed{seed}/run.benchmark.tsv"
     log:
-        "logs/{paper}/{variant}/seed{seed}/run.log",
+        main="logs/{paper}/{variant}/seed{seed}/run.log",
+        usage="logs/{paper}/{variant}/seed{seed}/run.usage.json",
     shell:
-        "python3 -m paperflow.cli stage run --paper {wildcards.paper} --variant {wildcards.variant} --seed {wildcards.seed} "
-        "--profile {params.profile} --job-threads {threads} 2>&1 | tee {log}"
+        "python3 -m paperflow.job --usage {log.usage} stage run --paper {wildcards.paper} --variant {wildcards.variant} --seed {wildcards.seed} "
+        "--profile {params.profile} --job-threads {threads} 2>&1 | tee {log.main}"

@@ -3,13 +3,16 @@
 Every job rule writes Snakemake's benchmark file (logs/<paper>/prepare.benchmark.tsv,
 logs/<paper>/<variant>/seed<k>/run.benchmark.tsv, logs/<paper>/collect.benchmark.tsv; columns s, max_rss
 in MB, cpu_time in s, ...). Per paper: the number of jobs, the summed wall time of its jobs, their summed
-CPU time and the peak resident memory of any one job. The projection divides the summed job time by the
+CPU time and the peak resident memory of any one job. A job that the job server ran (paperflow/jobserver.py)
+also leaves <name>.usage.json beside its benchmark: the forked worker's CPU time and peak memory, which
+Snakemake's benchmark does not see (it measures the job's own process tree, here a thin client). The projection divides the summed job time by the
 number of CPUs (jobs run side by side, one thread each on a small machine), and scales the mean per paper
 to the number of papers the project will hold.
 """
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 from pathlib import Path
@@ -32,12 +35,28 @@ def read_benchmark(path: Path) -> dict[str, float]:
     return {k: _float(v) for k, v in rows[-1].items()} if rows else {}
 
 
+def with_worker_usage(row: dict[str, float], benchmark: Path) -> dict[str, float]:
+    """Add the job server's measurement of the worker that ran this job (if it did) to the client's benchmark row."""
+    usage_path = benchmark.with_name(benchmark.name.replace(".benchmark.tsv", ".usage.json"))
+    try:
+        usage = json.loads(usage_path.read_text())
+    except (FileNotFoundError, ValueError):
+        return row
+    if not row or usage.get("via") != "jobserver":
+        return row
+    row = dict(row)
+    client_cpu = row.get("cpu_time", float("nan"))
+    row["cpu_time"] = float(usage["cpu_s"]) + (0.0 if math.isnan(client_cpu) else client_cpu)
+    row["max_rss"] = max(float(usage["maxrss_mb"]), row.get("max_rss", 0.0) if not math.isnan(row.get("max_rss", float("nan"))) else 0.0)
+    return row
+
+
 def paper_costs(root: Path, papers: Iterable[str]) -> list[dict]:
     """One row per paper that has benchmark files: jobs, job_s, cpu_s, peak_rss_mb."""
     out = []
     for pid in papers:
         files = sorted((root / "logs" / pid).rglob("*.benchmark.tsv")) if (root / "logs" / pid).is_dir() else []
-        rows = [read_benchmark(f) for f in files]
+        rows = [with_worker_usage(read_benchmark(f), f) for f in files]
         rows = [r for r in rows if r]
         if not rows:
             continue
