@@ -58,6 +58,8 @@ def _preload() -> None:
 
     for spec in list_papers():
         paper_code(spec)  # parses each paper's imports once (dvcgen caches per file version); jobs inherit it
+    if torch.cuda.is_initialized():  # a CUDA context does not survive fork: jobs must create their own
+        raise RuntimeError("a module initialised CUDA at import time; the job server cannot fork from it")
 
 
 class Server:

@@ -86,7 +86,9 @@ def start(root: Path, store: str, wait_s: float = 120.0) -> str:
     (root / STATE).parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1", "--artifacts-destination", str(root / "mlartifacts")]
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    # MLflow 3's server also launches a Huey job queue (~7 consumer processes, ~260 MB and ~3 CPU-s each at start)
+    # for GenAI scorer jobs that paperflow never submits: off.
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     if store.startswith("sqlite:"):  # measured (SCALEOUT.md): on sqlite the server's connection pool drops
         env["MLFLOW_SQLALCHEMYSTORE_POOLCLASS"] = "NullPool"  # writers past 16 concurrent ones; NullPool: 32/32
     env.pop("MLFLOW_TRACKING_URI", None)
