@@ -1,13 +1,17 @@
 """paperflow.federated: FedAvg and HeteroFL averaging on hand cases, the Dirichlet non-iid split, the
-communication ledger, local SGD phases, the round loop and client FLOPs."""
+communication ledger, local SGD phases, the round loop and client FLOPs; device profiles with the time/energy
+ledger, Oort's utility and selector (fedrank); local GD with periodic averaging and the feature-heterogeneity
+split (local_steps_fl)."""
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from paperflow import federated as FL
 
@@ -133,3 +137,86 @@ def test_client_step_flops_counts_forward_and_backward():
     # only the last layer trains: its weight grad only
     assert FL.client_step_flops(net, (B, 3, 4), phases=[["3."]]) == pytest.approx(fwd + 2 * B * 4 * 2)
     assert all(p.requires_grad for p in net.parameters())
+
+
+def test_oort_utility_hand_example():
+    stat = np.array([1.0, 3.0, 5.0])
+    last = np.array([1.0, 2.0, 4.0])
+    dur = np.array([1.0, 4.0, 2.0])
+    u = FL.oort_utility(stat, last, round_idx=5, durations=dur, deadline=2.0, alpha=2.0)
+    bonus = [math.sqrt(0.1 * math.log(5) / L) for L in (1, 2, 4)]
+    hand = [(0.0 + bonus[0]) * 1.0, (0.5 + bonus[1]) * (2.0 / 4.0) ** 2, (1.0 + bonus[2]) * 1.0]  # only client 1 is late
+    np.testing.assert_allclose(u, hand, rtol=1e-12)
+
+
+def test_oort_selector_explores_then_exploits():
+    sel = FL.OortSelector(10, 3, np.random.RandomState(0), explore=0.9, decay=1.0, explore_min=0.0)
+    dur = np.ones(10)
+    seen = set()
+    for r in range(1, 5):
+        picked = sel.select(r, dur, deadline=2.0)
+        assert len(picked) == 3 == len(set(picked))
+        assert not seen & set(picked) or len(seen) >= 9  # unexplored clients first while eps is high
+        seen |= set(picked)
+        sel.update(picked, [10.0 * (c == 7) + 1.0 for c in picked], r)
+    assert len(seen) >= 10 - 1
+    sel.stat[:] = 1.0
+    sel.stat[7] = 100.0  # one client with by far the largest statistical utility
+    sel.last[:] = 4
+    sel.eps = 0.0
+    assert all(7 in sel.select(5, dur, deadline=2.0) for _ in range(5))
+
+
+def test_round_costs_and_system_ledger_sums():
+    prof = {"speed": np.array([10.0, 20.0]), "bandwidth": np.array([100.0, 50.0]),
+            "compute_power": np.array([2.0, 1.0]), "radio_power": np.array([0.5, 1.0])}
+    dur, en = FL.round_costs(prof, [0, 1], sizes=[30, 40], epochs=2, model_numel=50)
+    # compute 2*30/10 = 6 s, 2*40/20 = 4 s; radio 2*50/100 = 1 s, 2*50/50 = 2 s
+    np.testing.assert_allclose(dur, [7.0, 6.0])
+    np.testing.assert_allclose(en, [2.0 * 6 + 0.5 * 1, 1.0 * 4 + 1.0 * 2])
+    led = FL.SystemLedger()
+    on = led.add_round(dur, en, deadline=6.5)
+    assert on.tolist() == [False, True]
+    led.add_round(np.array([3.0, 5.0]), np.array([1.0, 2.0]), deadline=6.5)
+    d = led.as_dict()
+    assert d["time"] == pytest.approx(6.5 + 5.0) and d["energy"] == pytest.approx(12.5 + 6.0 + 3.0)
+    assert d["wasted"] == pytest.approx(12.5) and d["late"] == 1 and d["picked"] == 4
+    d2, _ = FL.round_costs(prof, [0], [30, 40], 2, 50, rng=np.random.RandomState(0), jitter=0.5)
+    assert d2[0] != pytest.approx(7.0)  # run-time variation
+
+
+def test_average_copies_is_fedavg():
+    p = torch.tensor([[1.0, 2.0], [3.0, 6.0]])
+    q = p.clone()
+    FL.average_copies_([p])
+    torch.testing.assert_close(p, torch.tensor([[2.0, 4.0], [2.0, 4.0]]))
+    FL.average_copies_([q], weights=[1.0, 3.0])
+    torch.testing.assert_close(q, torch.tensor([[2.5, 5.0], [2.5, 5.0]]))
+
+
+def test_local_gd_interval_matters_and_one_shot_is_average_of_independent_runs():
+    gen = torch.Generator().manual_seed(1)
+    K, n, d, lr, T = 2, 6, 3, 0.5, 5
+    X, y = torch.randn(K, n, d, generator=gen), torch.randint(0, 2, (K, n), generator=gen).float() * 2 - 1
+    loss = lambda W: F.softplus(-y * torch.einsum("kd,knd->kn", W, X)).mean(1)  # noqa: E731
+    W = torch.nn.Parameter(torch.zeros(K, d))
+    FL.local_gd([W], lambda s: loss(W), steps=T, interval=T, lr=lr)  # one-shot
+    finals = []
+    for k in range(K):  # each client alone, T steps of GD, then the average
+        w = torch.zeros(d)
+        for _ in range(T):
+            w = w + lr * (torch.sigmoid(-y[k] * (X[k] @ w))[:, None] * y[k][:, None] * X[k]).mean(0)
+        finals.append(w)
+    torch.testing.assert_close(W.data[0], torch.stack(finals).mean(0))
+
+
+def test_feature_heterogeneity_split_follows_the_official_rule():
+    fine = torch.arange(10).repeat_interleave(40)  # 10 fine classes x 40
+    labels = fine % 2
+    parts = FL.feature_heterogeneity_split(labels, fine, 5, 1.0, torch.Generator().manual_seed(0))
+    assert len(parts) == 5 and all(p.numel() == 80 for p in parts)
+    assert torch.unique(torch.cat(parts)).numel() == 400  # disjoint
+    for k, p in enumerate(parts):  # H = 1: each client gets exactly one fine class per label (sorted pools)
+        assert sorted(torch.unique(fine[p]).tolist()) == [2 * k, 2 * k + 1]
+    iid = FL.feature_heterogeneity_split(labels, fine, 5, 0.0, torch.Generator().manual_seed(0))
+    assert all(torch.unique(fine[p]).numel() >= 8 for p in iid)

@@ -214,3 +214,209 @@ def client_step_flops(net: nn.Module, input_shape: Sequence[int], phases: Sequen
     for p in net.parameters():
         p.requires_grad_(True)
     return float(np.mean(totals))
+
+
+# ------------------------------------------------------------------------------------------ system heterogeneity
+# (added for FedRank: simulated device profiles, per-round time and energy, Oort's analytic selector)
+def client_profiles(num_clients: int, rng: np.random.RandomState, speed_median: float = 100.0, speed_sigma: float = 0.8,
+                    bandwidth_median: float = 1e5, bandwidth_sigma: float = 0.8, compute_power: tuple = (1.0, 3.0),
+                    radio_power: tuple = (0.5, 1.5)) -> dict[str, np.ndarray]:
+    """Simulated device profiles, one entry per client: speed (training samples per second) and bandwidth (model
+    scalars per second) log-normal around their medians (sigma of the log), compute and radio power (W) uniform
+    in the given ranges. Deterministic in rng."""
+    return {"speed": speed_median * np.exp(speed_sigma * rng.randn(num_clients)),
+            "bandwidth": bandwidth_median * np.exp(bandwidth_sigma * rng.randn(num_clients)),
+            "compute_power": rng.uniform(*compute_power, size=num_clients),
+            "radio_power": rng.uniform(*radio_power, size=num_clients)}
+
+
+def round_costs(profiles: Mapping[str, np.ndarray], clients: Sequence[int], sizes: Sequence[int], epochs: int,
+                model_numel: int, rng: np.random.RandomState | None = None, jitter: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(duration s, energy J) of each client in `clients` for one round: compute time epochs * n_k / speed_k,
+    communication time 2 * model_numel / bandwidth_k (download + upload), energy = compute_power * compute time +
+    radio_power * communication time. With rng and jitter > 0, speed and bandwidth of this round are multiplied
+    by independent exp(jitter * N(0, 1)) factors (run-time variation the server cannot predict)."""
+    c = np.asarray(clients, dtype=np.int64)
+    speed, bw = profiles["speed"][c].astype(np.float64), profiles["bandwidth"][c].astype(np.float64)
+    if rng is not None and jitter > 0:
+        speed = speed * np.exp(jitter * rng.randn(len(c)))
+        bw = bw * np.exp(jitter * rng.randn(len(c)))
+    t_comp = epochs * np.asarray(sizes, dtype=np.float64)[c] / speed
+    t_comm = 2.0 * model_numel / bw
+    return t_comp + t_comm, profiles["compute_power"][c] * t_comp + profiles["radio_power"][c] * t_comm
+
+
+class SystemLedger:
+    """Simulated wall clock and energy of the rounds. A round with a deadline D lasts D when any picked client is
+    late (the server waits until the deadline, then drops the stragglers' updates), else until its slowest client
+    reports; every picked client's energy counts, a late client's as `wasted` too."""
+
+    def __init__(self) -> None:
+        self.time = 0.0
+        self.energy = 0.0
+        self.wasted = 0.0
+        self.picked = 0
+        self.late = 0
+
+    def add_round(self, durations: np.ndarray, energies: np.ndarray, deadline: float = math.inf) -> np.ndarray:
+        """Account one round; returns the on-time mask (duration <= deadline)."""
+        durations, energies = np.asarray(durations, dtype=np.float64), np.asarray(energies, dtype=np.float64)
+        on_time = durations <= deadline
+        self.time += float(deadline if (~on_time).any() else durations.max(initial=0.0))
+        self.energy += float(energies.sum())
+        self.wasted += float(energies[~on_time].sum())
+        self.picked += len(durations)
+        self.late += int((~on_time).sum())
+        return on_time
+
+    def as_dict(self) -> dict:
+        return {"time": self.time, "energy": self.energy, "wasted": self.wasted, "picked": self.picked, "late": self.late}
+
+
+def oort_utility(stat_util: np.ndarray, last_round: np.ndarray, round_idx: int, durations: np.ndarray,
+                 deadline: float, alpha: float = 2.0, staleness: float = 0.1) -> np.ndarray:
+    """Oort's client utility (Lai et al., OSDI'21, Alg. 1 and its selector code): the statistical utility
+    |B_i| sqrt(mean_{k in B_i} loss_k^2) min-max normalized over the given clients, plus the staleness bonus
+    sqrt(staleness * log(R) / L_i) (L_i = the last round, 1-based, the client took part; R = this round), times
+    the system penalty (deadline / t_i)^alpha for a client whose duration t_i exceeds the deadline."""
+    s = np.asarray(stat_util, dtype=np.float64)
+    span = s.max() - s.min() if s.size else 0.0
+    norm = (s - s.min()) / span if span > 0 else np.zeros_like(s)
+    bonus = np.sqrt(staleness * math.log(max(round_idx, 1)) / np.maximum(np.asarray(last_round, dtype=np.float64), 1.0))
+    t = np.asarray(durations, dtype=np.float64)
+    penalty = np.where(t > deadline, (deadline / t) ** alpha, 1.0)
+    return (norm + bonus) * penalty
+
+
+class OortSelector:
+    """Oort's participant selection with its defaults (exploration 0.9, decay 0.98, floor 0.3, straggler penalty
+    alpha 2, cut-off 0.95): each round (1 - eps) K explored clients are exploited, sampled with probability
+    proportional to oort_utility among those above cutoff x the ((1 - eps) K)-th best utility, and eps K unexplored
+    clients are explored, sampled with probability proportional to their speed (1 / expected duration); eps decays
+    by `decay` per round down to `explore_min`. Oort's pacer (adapting the preferred duration) and blacklist are
+    left out: the deadline is the fixed preferred round duration T."""
+
+    def __init__(self, num_clients: int, per_round: int, rng: np.random.RandomState, explore: float = 0.9,
+                 decay: float = 0.98, explore_min: float = 0.3, alpha: float = 2.0, cutoff: float = 0.95) -> None:
+        self.n, self.k, self.rng = num_clients, per_round, rng
+        self.eps, self.decay, self.eps_min, self.alpha, self.cutoff = explore, decay, explore_min, alpha, cutoff
+        self.stat = np.zeros(num_clients)  # |B_i| sqrt(mean loss^2), last observed
+        self.last = np.zeros(num_clients)  # last round (1-based) the client took part; 0 = unexplored
+
+    def utilities(self, round_idx: int, durations: np.ndarray, deadline: float) -> np.ndarray:
+        """oort_utility of every client (unexplored ones: 0)."""
+        seen = self.last > 0
+        u = np.zeros(self.n)
+        if seen.any():
+            u[seen] = oort_utility(self.stat[seen], self.last[seen], round_idx, np.asarray(durations)[seen], deadline, self.alpha)
+        return u
+
+    def _sample(self, pool: np.ndarray, weights: np.ndarray, m: int) -> list[int]:
+        m = min(m, len(pool))
+        if m <= 0:
+            return []
+        w = np.maximum(weights, 1e-12)
+        return [int(i) for i in self.rng.choice(pool, size=m, replace=False, p=w / w.sum())]
+
+    def select(self, round_idx: int, durations: np.ndarray, deadline: float) -> list[int]:
+        """The clients of round `round_idx` (1-based) given every client's expected duration."""
+        seen = np.flatnonzero(self.last > 0)
+        unseen = np.flatnonzero(self.last == 0)
+        n_explore = min(len(unseen), max(int(round(self.eps * self.k)), self.k - len(seen)))
+        n_exploit = self.k - n_explore
+        picked: list[int] = []
+        if n_exploit > 0:
+            u = self.utilities(round_idx, durations, deadline)[seen]
+            order = np.argsort(-u, kind="stable")
+            cut = self.cutoff * u[order[min(n_exploit, len(order)) - 1]]
+            pool = seen[u >= cut]
+            picked += self._sample(pool, u[u >= cut], n_exploit)
+        speed = 1.0 / np.asarray(durations, dtype=np.float64)
+        picked += self._sample(unseen, speed[unseen], n_explore)
+        rest = np.setdiff1d(np.arange(self.n), picked)
+        picked += self._sample(rest, speed[rest], self.k - len(picked))  # fill (never needed once all are seen)
+        self.eps = max(self.eps * self.decay, self.eps_min)
+        return picked
+
+    def update(self, clients: Sequence[int], stat_util: Sequence[float], round_idx: int) -> None:
+        """Feedback of the clients that reported this round: their statistical utility and participation round."""
+        for c, s in zip(clients, stat_util):
+            self.stat[c] = float(s)
+            self.last[c] = round_idx
+
+
+# ------------------------------------------------------------------------------------------ local GD on stacked copies
+# (added for local_steps_fl: K client copies of the model stacked along dim 0 of every parameter, so all clients
+#  take their local step in one batched forward/backward; averaging is FedAvg of the copies)
+def average_copies_(params: Sequence[torch.Tensor], weights: Sequence[float] | None = None) -> None:
+    """In place: every client copy (index k of dim 0) of every tensor becomes sum_k w_k copy_k / sum_k w_k
+    (uniform when weights is None); the server's averaging followed by the broadcast."""
+    with torch.no_grad():
+        for p in params:
+            if weights is None:
+                mean = p.mean(0, keepdim=True)
+            else:
+                w = torch.as_tensor(weights, dtype=p.dtype).view(-1, *([1] * (p.dim() - 1)))
+                mean = (w * p).sum(0, keepdim=True) / w.sum()
+            p.copy_(mean.expand_as(p))
+
+
+def local_gd(params: Sequence[torch.nn.Parameter], client_losses: Callable[[int], torch.Tensor], *, steps: int,
+             interval: int, lr: float, weights: Sequence[float] | None = None, log: Callable[..., None] | None = None,
+             log_every: int = 10):
+    """Local (S)GD with periodic averaging on stacked client copies (paperflow.loop.train_loop, plain SGD).
+
+    `params` hold K copies along dim 0 (all equal at the start); client_losses(step) returns the (K,) vector of
+    the clients' losses (full batch: GD; a minibatch per client: SGD), copy k depending only on client k's data,
+    so back-propagating their sum gives every copy its own client's gradient. Every `interval` steps (and after
+    the last step) the copies are averaged (average_copies_). Every step costs K client gradient evaluations
+    whatever the interval, so the variants below use equal gradient evaluations:
+      interval = 1       parallel (minibatch) GD with global updates: averaging K one-step updates taken from the
+                         same point is one step along the averaged gradient;
+      1 < interval       Local GD / Local SGD (FedAvg with full participation), steps / interval rounds;
+      interval >= steps  one-shot averaging (local training to the end, one average).
+    Returns train_loop's LoopResult (raises FloatingPointError on a non-finite loss)."""
+    params = list(params)
+    if not params or len({int(p.shape[0]) for p in params}) != 1:
+        raise ValueError("local_gd: params must share the leading client dimension K")
+    if steps < 1 or interval < 1:
+        raise ValueError(f"local_gd: steps and interval must be >= 1, got {steps}, {interval}")
+
+    def batch_fn(step: int) -> int:
+        if step > 0 and step % interval == 0:
+            average_copies_(params, weights)
+        return step
+
+    result = train_loop(params, batch_fn, client_losses, torch.optim.SGD(params, lr=lr), steps, log=log, log_every=log_every)
+    average_copies_(params, weights)
+    return result
+
+
+def feature_heterogeneity_split(labels: torch.Tensor, groups: torch.Tensor, num_clients: int, heterogeneity: float,
+                                gen: torch.Generator) -> list[torch.Tensor]:
+    """Feature-heterogeneous split of example indices (Bao et al. 2024's official FeatureCIFAR partition,
+    data_loader.py::feature_heterogeneity_partition): a random `heterogeneity` fraction of the examples forms the
+    non-iid pool, the rest the iid pool; the non-iid pool is split by label and each label's part sorted by its
+    `groups` value (the original fine class behind a coarse label), then every client takes an equal contiguous
+    share of each sorted part and an equal share of the iid pool. So clients see the same labels, each with
+    different fine classes (features) behind them. Every client gets the same number of examples (remainders
+    dropped). Deterministic in gen."""
+    if not 0.0 <= heterogeneity <= 1.0 or num_clients < 1:
+        raise ValueError(f"feature_heterogeneity_split: heterogeneity in [0, 1] and num_clients >= 1, got {heterogeneity}, {num_clients}")
+    n = labels.numel()
+    perm = torch.randperm(n, generator=gen)
+    cut = round(heterogeneity * n)
+    noniid, iid = perm[:cut], perm[cut:]
+    pools = []
+    for c in torch.unique(labels).tolist():
+        part = noniid[labels[noniid] == c]
+        pools.append(part[torch.sort(groups[part], stable=True).indices])
+    share_iid = iid.numel() // num_clients
+    shares = [p.numel() // num_clients for p in pools]
+    size = share_iid + sum(shares)
+    out = []
+    for k in range(num_clients):
+        idx = [iid[k * share_iid:(k + 1) * share_iid]] + [p[k * s:(k + 1) * s] for p, s in zip(pools, shares)]
+        out.append(torch.cat(idx))
+    assert all(o.numel() == size for o in out)
+    return out
