@@ -54,6 +54,14 @@ def _preload() -> None:
     import torch
     import torch._dynamo  # noqa: F401  (torch.optim's first step imports it, and sympy with it: ~0.5 s per job)
 
+    try:  # the LM papers' loader (data/smollm2.py): transformers' lazy modules cost ~1.8 s per job otherwise
+        import transformers
+        from transformers.models.llama import modeling_llama  # noqa: F401
+
+        transformers.AutoModelForCausalLM, transformers.AutoTokenizer, transformers.LlamaConfig  # noqa: B018
+    except ImportError:
+        pass
+
     from . import cli, stages  # noqa: F401
     from .config import paper_code
     from .registry import list_papers
