@@ -26,6 +26,13 @@ to every supervision task), in prepare(). Compression: global magnitude pruning 
 at cfg.sparsities (no fine-tuning), features and the kNN bank recomputed with the pruned members.
 Substitutions: CIFAR-10/100 and ImageNet with ResNets -> 28x28 Fashion-MNIST, MLP encoders, a few hundred
 Adam steps per member, a 3,000-image kNN bank; rotation as the self-supervised task (as the catalog lists).
+Tuning history (disclosed): the lr grid was (1e-4 ... 1e-2) until the 10-seed default run of 2026-12-05, where the
+rotation member chose 1e-4, the bottom edge, so the grid-edge gate made the headline not testable; the grid then
+gained 3e-5 for every member type alike (the gate's remedy, decided before any run with the wider grid). With it,
+the rotation member chose 3e-5, the new bottom edge, in all 10 seeds: under the kNN-accuracy rule its preference
+keeps falling with the lr (a barely trained rotation encoder gives the best class kNN), so the gate still fails
+and the headline stays not testable. Not widened again; the next step is choosing that member's lr by its own
+task (rotation accuracy on validation images), as a new row.
 """
 from __future__ import annotations
 
@@ -66,7 +73,7 @@ class Config:
     temperature: float = 0.1  # SupCon tau
     steps: int = 500  # Adam steps per member
     batch_size: int = 128
-    lr_grid: tuple = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
+    lr_grid: tuple = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
     tune_steps: int = 250
     tune_seed: int = 1000
     k: int = 5  # kNN detector's k
