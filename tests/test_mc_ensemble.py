@@ -103,7 +103,7 @@ def test_end_to_end_through_spec(tmp_path):
                             "large_hidden": 48, "proj_dim": 4, "steps": 2, "tune_steps": 1, "batch_size": 16,
                             "lr_grid": [1e-3, 1e-2]})
     data = spec.prepare(cfg, res)
-    assert set(data["tuning"]) == set(mc.KINDS) and data["x_near"].shape[1:] == (28, 28)
+    assert set(data["tuning"]) == set(mc.KINDS) | {"rot_own"} and data["x_near"].shape[1:] == (28, 28)
     for v in spec.variants:
         model = spec.train(cfg, data, v, 0, lambda step, **m: None)
         m = spec.evaluate(cfg, model, data)
@@ -121,3 +121,29 @@ def test_end_to_end_through_spec(tmp_path):
             again = spec.train(cfg, data, "de", 0, None)
             assert all(torch.equal(model["members"][1]["state"][k], again["members"][1]["state"][k]) for k in again["members"][1]["state"])
             assert not torch.equal(model["members"][0]["state"]["1.weight"], model["members"][1]["state"]["1.weight"])  # inits differ
+
+
+def test_all_rotations_labels_match_rot90_and_a_perfect_rotation_head_scores_100():
+    x = torch.arange(2 * 5 * 5, dtype=torch.float32).reshape(2, 5, 5)
+    xr, q = mc.all_rotations(x)
+    assert xr.shape == (8, 5, 5) and q.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    for k in range(4):
+        torch.testing.assert_close(xr[q == k], torch.rot90(x, k, dims=(1, 2)))
+    # An encoder whose features are the four corner pixels (which corner holds the brightest value of an image whose
+    # top-left pixel is brightest tells the rotation) and a head that reads the corners: 100% rotation accuracy.
+    cfg = mc.Config(hidden=8, feat_dim=4)
+    enc = mc.build_encoder({"hidden": 8, "feat_dim": 4})
+    with torch.no_grad():
+        first, second = enc[1], enc[3]
+        first.weight.zero_(); first.bias.zero_(); second.weight.zero_(); second.bias.zero_()
+        corners = [0, 27 * 28, 27 * 28 + 27, 27]  # top-left, bottom-left, bottom-right, top-right (after q x 90 deg ccw)
+        for i, c in enumerate(corners):
+            first.weight[i, c] = 1.0
+            second.weight[i, i] = 1.0
+    head = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        head.weight.copy_(torch.eye(4)); head.bias.zero_()
+    imgs = torch.zeros(3, 28, 28, dtype=torch.uint8)
+    imgs[:, 0, 0] = 255
+    member = {"arch": {"hidden": 8, "feat_dim": 4}, "state": enc.state_dict(), "rot_head": head.state_dict()}
+    assert mc.rotation_accuracy(cfg, member, imgs) == 100.0
