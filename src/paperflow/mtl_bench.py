@@ -19,6 +19,17 @@ TASKS = ("a", "b")  # a = Fashion-MNIST item (top-left), b = MNIST digit (bottom
 N_CLASSES = 10
 
 
+def check_overlay_sizes(cfg) -> None:
+    """Config checks shared by the Multi-Fashion+MNIST papers: the overlay set sizes and the held-out pools they
+    draw from (n_train/n_val/n_test overlays; mnist_test + mnist_val of the 10k MNIST pool; fashion_val of the
+    60k Fashion-MNIST training images)."""
+    from .spec import check
+
+    check(cfg.n_train > 0 and cfg.n_val > 0 and cfg.n_test > 0, "n_train, n_val, n_test must be > 0")
+    check(0 < cfg.mnist_test and 0 < cfg.mnist_val < 10000 - cfg.mnist_test, "mnist_test, mnist_val must split the 10k MNIST pool")
+    check(0 < cfg.fashion_val < 60000, f"fashion_val must be in (0, 60000), got {cfg.fashion_val}")
+
+
 def level_name(sparsity: float) -> str:
     return f"{sparsity:.2f}"
 

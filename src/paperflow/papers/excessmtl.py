@@ -40,7 +40,7 @@ from ..loop import train_loop
 from ..mtl import make_combiner
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
-from ..mtl_bench import N_CLASSES, _images, accuracies, build_model, level_name
+from ..mtl_bench import N_CLASSES, _images, accuracies, build_model, check_overlay_sizes, level_name
 from ..mtl_bench import compress as trunk_magnitude_compress
 from ..mtl_bench import tune_lrs as shared_tune_lrs
 
@@ -77,9 +77,7 @@ class Config:
     log_every: int = 50
 
     def __post_init__(self) -> None:
-        check(self.n_train > 0 and self.n_val > 0 and self.n_test > 0, "n_train, n_val, n_test must be > 0")
-        check(0 < self.mnist_test and 0 < self.mnist_val < 10000 - self.mnist_test, "mnist_test, mnist_val must split the 10k MNIST pool")
-        check(0 < self.fashion_val < 60000, f"fashion_val must be in (0, 60000), got {self.fashion_val}")
+        check_overlay_sizes(self)
         check(0.0 <= self.noise < 1.0, f"noise must be in [0, 1), got {self.noise}")
         check(len(self.channels) == 2 and self.hidden > 0, "channels must be two conv widths and hidden > 0")
         check(self.steps > 0 and self.batch_size > 0 and self.tune_steps > 0, "steps, batch_size, tune_steps must be > 0")
