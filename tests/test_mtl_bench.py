@@ -46,12 +46,14 @@ def test_derive_delta_m_adds_columns_and_the_best_baseline_view():
     assert best[0]["dense/delta_m"] == pytest.approx(10.0)  # mgda: -10% on both tasks
 
 
-def test_overlay_size_checks():
-    ok = dict(n_train=10, n_val=5, n_test=5, mnist_test=2000, mnist_val=1000, fashion_val=6000)
-    MB.check_overlay_sizes(SimpleNamespace(**ok))
-    for bad in ({"n_val": 0}, {"mnist_val": 8000}, {"fashion_val": 60000}):
+def test_bench_config_checks():
+    ok = dict(n_train=10, n_val=5, n_test=5, mnist_test=2000, mnist_val=1000, fashion_val=6000, lr_grid=(0.01, 0.1),
+              sparsities=(0.5, 0.8), compare_level=0.5, eval_batch=100, log_every=10)
+    MB.check_bench_config(SimpleNamespace(**ok))
+    for bad in ({"n_val": 0}, {"mnist_val": 8000}, {"fashion_val": 60000}, {"lr_grid": (0.1, 0.01)}, {"compare_level": 0.3},
+                {"eval_batch": 0}):
         with pytest.raises(ConfigError):
-            MB.check_overlay_sizes(SimpleNamespace(**{**ok, **bad}))
+            MB.check_bench_config(SimpleNamespace(**{**ok, **bad}))
 
 
 def test_tune_lrs_keeps_the_best_validation_lr_and_skips_a_diverging_one(monkeypatch):

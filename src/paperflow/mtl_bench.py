@@ -19,15 +19,39 @@ TASKS = ("a", "b")  # a = Fashion-MNIST item (top-left), b = MNIST digit (bottom
 N_CLASSES = 10
 
 
-def check_overlay_sizes(cfg) -> None:
-    """Config checks shared by the Multi-Fashion+MNIST papers: the overlay set sizes and the held-out pools they
-    draw from (n_train/n_val/n_test overlays; mnist_test + mnist_val of the 10k MNIST pool; fashion_val of the
-    60k Fashion-MNIST training images)."""
+def check_bench_config(cfg) -> None:
+    """Config checks shared by the Multi-Fashion+MNIST papers (excessmtl, bayesagg_mtl): the overlay set sizes and
+    the held-out pools they draw from (n_train/n_val/n_test overlays; mnist_test + mnist_val of the 10k MNIST pool;
+    fashion_val of the 60k Fashion-MNIST training images), the lr grid, the pruning levels and the eval settings."""
     from .spec import check
 
     check(cfg.n_train > 0 and cfg.n_val > 0 and cfg.n_test > 0, "n_train, n_val, n_test must be > 0")
     check(0 < cfg.mnist_test and 0 < cfg.mnist_val < 10000 - cfg.mnist_test, "mnist_test, mnist_val must split the 10k MNIST pool")
     check(0 < cfg.fashion_val < 60000, f"fashion_val must be in (0, 60000), got {cfg.fashion_val}")
+    check(len(cfg.lr_grid) >= 1 and all(lr > 0 for lr in cfg.lr_grid) and list(cfg.lr_grid) == sorted(cfg.lr_grid),
+          f"lr_grid must be positive and ascending, got {cfg.lr_grid}")
+    check(all(0 <= s < 1 for s in cfg.sparsities) and cfg.compare_level in cfg.sparsities,
+          f"sparsities in [0, 1) and compare_level among them, got {cfg.sparsities}, {cfg.compare_level}")
+    check(cfg.eval_batch > 0 and cfg.log_every > 0, "eval_batch and log_every must be > 0")
+
+
+def delta_m_comparisons(method: str, name: str, baselines, baselines_text: str, best: str, compare_level: float) -> list:
+    """The rows of a Delta-m% paper (fairgrad, bayesagg_mtl): headline vs the validation-chosen best baseline, one
+    secondary per baseline, a control at the compressed level; each row gated on its variants' lr not on the grid
+    edge (the single-task references only rescale each task's term of a paired difference: tuned, not gated)."""
+    from .spec import Comparison, Gate
+
+    def lr_gates(*variants: str) -> tuple:
+        return tuple(Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5) for v in variants)
+
+    rows = [Comparison("delta_m", method, best, better="lower", role="headline", gates=lr_gates(method, best),
+                       text=f"{name} has lower Delta-m% than the best baseline ({baselines_text}, chosen on validation)")]
+    rows += [Comparison("delta_m", method, b, better="lower", role="secondary", gates=lr_gates(method, b),
+                        text=f"{name} has lower Delta-m% than {b.upper()}") for b in baselines]
+    level = level_name(compare_level)
+    rows.append(Comparison("delta_m", method, "ls", better="lower", stage="compressed", level=level, role="control",
+                           text=f"{name} keeps a lower Delta-m% than LS with the trunk pruned to {level} (no fine-tuning)"))
+    return rows
 
 
 def level_name(sparsity: float) -> str:

@@ -38,10 +38,10 @@ from ..data.multimnist import multi_fashion_mnist
 from ..loop import train_loop
 from ..mtl import bayesagg_aggregate, laplace_multiclass_posterior, make_combiner, mc_grad_moments_multiclass
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
-from ..mtl_bench import _images, accuracies, build_model, check_overlay_sizes, level_name
+from ..spec import Comparison, PaperSpec, check
+from ..mtl_bench import _images, accuracies, build_model, check_bench_config
 from ..mtl_bench import compress as trunk_magnitude_compress
-from ..mtl_bench import best_baseline as shared_best_baseline, derive_delta_m
+from ..mtl_bench import best_baseline as shared_best_baseline, delta_m_comparisons, derive_delta_m
 from ..mtl_bench import tune_lrs as shared_tune_lrs
 
 MTL_VARIANTS = ("bayesagg", "ls", "mgda", "nashmtl")
@@ -83,17 +83,12 @@ class Config:
     log_every: int = 50
 
     def __post_init__(self) -> None:
-        check_overlay_sizes(self)
+        check_bench_config(self)
         check(len(self.channels) == 2 and self.hidden > 0, "channels must be two conv widths and hidden > 0")
         check(self.steps > 0 and self.tune_steps > 0 and 0 < self.batch_size <= self.n_train, "steps, tune_steps > 0, batch_size in (0, n_train]")
-        check(len(self.lr_grid) >= 1 and all(lr > 0 for lr in self.lr_grid) and list(self.lr_grid) == sorted(self.lr_grid),
-              f"lr_grid must be positive and ascending, got {self.lr_grid}")
         check(self.gamma > 0 and self.sqrt_power > 0 and self.mc_samples >= 2, "gamma > 0, sqrt_power > 0, mc_samples >= 2")
         check(self.ls_epochs >= 1, f"ls_epochs must be >= 1 (the first posterior needs an epoch of features), got {self.ls_epochs}")
         check(self.nash_max_norm >= 0, "nash_max_norm must be >= 0")
-        check(all(0 <= s < 1 for s in self.sparsities) and self.compare_level in self.sparsities,
-              f"sparsities in [0, 1) and compare_level among them, got {self.sparsities}, {self.compare_level}")
-        check(self.eval_batch > 0 and self.log_every > 0, "eval_batch and log_every must be > 0")
 
     @property
     def epoch_steps(self) -> int:
@@ -262,17 +257,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    def lr_gates(*variants: str) -> tuple[Gate, ...]:
-        return tuple(Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5) for v in variants)
-
-    rows = [Comparison("delta_m", "bayesagg", BEST, better="lower", role="headline", gates=lr_gates("bayesagg", BEST),
-                       text="BayesAgg-MTL has lower Delta-m% than the best baseline (LS/MGDA/Nash-MTL, chosen on validation)")]
-    rows += [Comparison("delta_m", "bayesagg", b, better="lower", role="secondary", gates=lr_gates("bayesagg", b),
-                        text=f"BayesAgg-MTL has lower Delta-m% than {b.upper()}") for b in BASELINES]
-    level = level_name(cfg.compare_level)
-    rows.append(Comparison("delta_m", "bayesagg", "ls", better="lower", stage="compressed", level=level, role="control",
-                           text=f"BayesAgg-MTL keeps a lower Delta-m% than LS with the trunk pruned to {level} (no fine-tuning)"))
-    return rows
+    return delta_m_comparisons("bayesagg", "BayesAgg-MTL", BASELINES, "LS/MGDA/Nash-MTL", BEST, cfg.compare_level)
 
 
 SPEC = register_paper(PaperSpec(

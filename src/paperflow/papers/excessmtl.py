@@ -40,7 +40,7 @@ from ..loop import train_loop
 from ..mtl import make_combiner
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
-from ..mtl_bench import N_CLASSES, _images, accuracies, build_model, check_overlay_sizes, level_name
+from ..mtl_bench import N_CLASSES, _images, accuracies, build_model, check_bench_config, level_name
 from ..mtl_bench import compress as trunk_magnitude_compress
 from ..mtl_bench import tune_lrs as shared_tune_lrs
 
@@ -77,17 +77,12 @@ class Config:
     log_every: int = 50
 
     def __post_init__(self) -> None:
-        check_overlay_sizes(self)
+        check_bench_config(self)
         check(0.0 <= self.noise < 1.0, f"noise must be in [0, 1), got {self.noise}")
         check(len(self.channels) == 2 and self.hidden > 0, "channels must be two conv widths and hidden > 0")
         check(self.steps > 0 and self.batch_size > 0 and self.tune_steps > 0, "steps, batch_size, tune_steps must be > 0")
         check(self.batch_size <= self.n_train, f"batch_size {self.batch_size} exceeds n_train {self.n_train}")
-        check(len(self.lr_grid) >= 1 and all(lr > 0 for lr in self.lr_grid) and list(self.lr_grid) == sorted(self.lr_grid),
-              f"lr_grid must be positive and ascending, got {self.lr_grid}")
         check(self.step_size > 0 and self.dwa_temperature > 0, "step_size and dwa_temperature must be > 0")
-        check(all(0 <= s < 1 for s in self.sparsities) and self.compare_level in self.sparsities,
-              f"sparsities in [0, 1) and compare_level among them, got {self.sparsities}, {self.compare_level}")
-        check(self.eval_batch > 0 and self.log_every > 0, "eval_batch and log_every must be > 0")
 
     @property
     def epoch_steps(self) -> int:

@@ -45,11 +45,11 @@ import torch.nn.functional as F
 from ..data.multimnist import build_overlay_set, split_pool
 from ..loop import train_loop
 from ..mtl import make_combiner
-from ..mtl_bench import best_baseline as shared_best_baseline, derive_delta_m
+from ..mtl_bench import best_baseline as shared_best_baseline, delta_m_comparisons, derive_delta_m
 from ..mtl_bench import (N_CLASSES, TASKS, MultiLeNet, _images, _stages, accuracies, build_model, compress,  # noqa: F401
                          delta_m, level_name)
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, PaperSpec, check
 from ..tuning import tune
 
 MTL_VARIANTS = ("fairgrad", "ls", "mgda", "pcgrad")
@@ -229,19 +229,7 @@ def best_baseline(rows: list[dict]) -> str | None:
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    def lr_gates(*variants: str) -> tuple[Gate, ...]:
-        return tuple(Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5) for v in variants)
-
-    # the single-task references only rescale each task's term of a paired Delta-m% difference, so their lr is
-    # tuned like every variant's but not gated on
-    rows = [Comparison("delta_m", "fairgrad", BEST, better="lower", role="headline", gates=lr_gates("fairgrad", BEST),
-                       text="FairGrad has lower Delta-m% than the best baseline (LS/MGDA/PCGrad, chosen on validation)")]
-    rows += [Comparison("delta_m", "fairgrad", b, better="lower", role="secondary", gates=lr_gates("fairgrad", b),
-                        text=f"FairGrad has lower Delta-m% than {b.upper()}") for b in BASELINES]
-    level = level_name(cfg.compare_level)
-    rows.append(Comparison("delta_m", "fairgrad", "ls", better="lower", stage="compressed", level=level, role="control",
-                           text=f"FairGrad keeps a lower Delta-m% than LS with the trunk pruned to {level} (no fine-tuning)"))
-    return rows
+    return delta_m_comparisons("fairgrad", "FairGrad", BASELINES, "LS/MGDA/PCGrad", BEST, cfg.compare_level)
 
 
 SPEC = register_paper(PaperSpec(
