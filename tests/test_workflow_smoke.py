@@ -63,6 +63,10 @@ def test_every_paper_runs_end_to_end(workspace, smoke_run, paper):
         assert head in plain or head == "ref" or any(v.startswith(head + "_") for v in plain), view
     dense = [c for c in table.columns if c.startswith("dense/")]
     assert dense, "evaluate returned no dense metric"
+    # contract v3: every mechanism gate reads a column the runs logged (never a config value)
+    from paperflow.contract import logged_problems
+
+    assert not logged_problems(spec, spec.make_config({}), table.columns)
     if spec.compress is not None:
         assert any(c.startswith("compressed:") for c in table.columns), "no compressed metrics"
     else:

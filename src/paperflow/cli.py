@@ -7,6 +7,7 @@
     paperflow init-tracking                          create the MLflow store and experiments
     paperflow report [--out reports]
     paperflow dvc-yaml [--write]
+    paperflow preregister [PAPER ...] | --check | --amend PAPER "reason"   the headline lock (prereg.py)
 Environment: MLFLOW_TRACKING_URI (a server instead of the repo's sqlite store), PAPERFLOW_TRACKING=off.
 """
 from __future__ import annotations
@@ -157,6 +158,36 @@ def cmd_dvc_yaml(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preregister(args: argparse.Namespace) -> int:
+    from . import prereg
+
+    root = find_root()
+    path = root / prereg.LOCK_NAME
+    hashes = prereg.current_hashes(root / "params.yaml")
+    lock = prereg.read_lock(path)
+    try:
+        if args.check:
+            found = prereg.problems(lock, hashes)
+            for line in found:
+                print(f"paperflow: {line}", file=sys.stderr)
+            if not found:
+                print(f"[paperflow] {prereg.LOCK_NAME}: {len(hashes)} papers, code and lock agree")
+            return 1 if found else 0
+        if args.amend:
+            paper, reason = args.amend
+            prereg.amend(lock, hashes, paper, reason)
+            prereg.write_lock(lock, path)
+            print(f"[paperflow] {paper}: amended ({hashes[paper]['hash']})")
+            return 0
+        done = prereg.register(lock, hashes, list(args.papers), note=args.note)
+    except prereg.PreregError as err:
+        print(f"paperflow: error: {err}", file=sys.stderr)
+        return 2
+    prereg.write_lock(lock, path)
+    print(f"[paperflow] registered: {', '.join(done) or 'nothing new'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paperflow", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -193,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dvc-yaml", help="print (or --write) dvc.yaml generated from the registry")
     p.add_argument("--write", action="store_true")
     p.set_defaults(fn=cmd_dvc_yaml)
+    p = sub.add_parser("preregister", help="pre-register headlines in preregistration.lock (register, --check, --amend)")
+    p.add_argument("papers", nargs="*", help="papers to register (default: every paper missing from the lock)")
+    p.add_argument("--check", action="store_true", help="exit 1 when the code and the lock disagree (CI)")
+    p.add_argument("--amend", nargs=2, metavar=("PAPER", "REASON"), help="move PAPER's registered hash, with a reason")
+    p.add_argument("--note", default="", help="a note stored with new registrations")
+    p.set_defaults(fn=cmd_preregister)
     return parser
 
 

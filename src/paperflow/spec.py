@@ -34,6 +34,15 @@ def check(condition: bool, message: str) -> None:
 
 
 ROLES = ("headline", "secondary", "control", "fact")
+# Gate kinds (DESIGN.md "Honesty", contract v3):
+#   "precondition" the setting can test the row (a baseline above chance, a plateau to escape): blocks every verdict;
+#   "mechanism"    the paper's mechanism is active in our runs, measured from what training/evaluation logged
+#                  (conflict fraction, how far learned weights moved, the noise's measured harm), never a config
+#                  value; every headline needs one, and the report shows its measured value beside the verdict;
+#   "grid_edge"    a variant's tuned value sits on its grid's edge; directional: on the row's method it blocks only
+#                  `not reproduced` (an under-tuned method can only look worse), on any other variant (the
+#                  baseline) only `reproduced` (an under-tuned baseline can only flatter the method).
+GATE_KINDS = ("precondition", "mechanism", "grid_edge")
 KINDS = ("better", "close", "matches")
 FIDELITIES = ("official-code", "paper-text", "reconstruction")
 
@@ -48,6 +57,8 @@ class Gate:
     Either a threshold on the mean over seeds of one variant's `metric` (a column name such as
     "dense/acc" or a bare metric, read as dense/<metric>): passes when mean > above and/or mean < below;
     or a paired `comparison` that must come out `reproduced` (e.g. "multi-task is worse than single-task").
+    `kind` (GATE_KINDS above): what a failure blocks. A gate on a metric named "...grid_edge..." is a
+    grid-edge gate whatever kind it was given, so no paper can make one block both directions.
     """
 
     text: str
@@ -56,9 +67,14 @@ class Gate:
     above: float | None = None
     below: float | None = None
     comparison: "Comparison | None" = None
+    kind: str = "precondition"
 
     def __post_init__(self) -> None:
         check(bool(self.text), "Gate.text must say what has to hold")
+        check(self.kind in GATE_KINDS, f"Gate {self.text!r}: kind must be one of {GATE_KINDS}, got {self.kind!r}")
+        if "grid_edge" in self.metric and self.kind == "precondition":
+            object.__setattr__(self, "kind", "grid_edge")
+        check(self.kind != "grid_edge" or self.comparison is None, f"Gate {self.text!r}: a grid-edge gate names a variant")
         if self.comparison is None:
             check(bool(self.variant and self.metric), f"Gate {self.text!r}: give variant and metric, or a comparison")
             check(self.above is not None or self.below is not None, f"Gate {self.text!r}: give above and/or below")
@@ -92,6 +108,9 @@ class Comparison:
     gates: preconditions; one failing makes the verdict `not testable`. not_testable: a reason, declared
     up front, why this setting cannot test the row (its values are still reported).
     fidelity overrides the paper's for this row (e.g. a variant that follows the authors' code).
+    refuted_if: what measured result would make the row `not reproduced`, in words (required on headlines:
+    a headline that no result could refute is a fact in disguise; tests/test_falsifiable.py feeds each
+    headline a table where the method loses and checks the verdict says so).
     """
 
     metric: str
@@ -109,6 +128,7 @@ class Comparison:
     target: float | None = None  # kind "matches"
     tolerance: float = 0.0  # kind "matches": |fitted - target| <= tolerance
     fidelity: str = ""
+    refuted_if: str = ""
 
     def __post_init__(self) -> None:
         check(self.better in ("lower", "higher"), f"Comparison.better must be lower|higher, got {self.better!r}")
@@ -122,6 +142,10 @@ class Comparison:
         else:
             check(bool(self.baseline) or self.role == "fact", f"Comparison {self.text or self.metric!r}: needs a baseline")
         object.__setattr__(self, "gates", tuple(self.gates))
+
+    @property
+    def mechanism_gates(self) -> tuple[Gate, ...]:
+        return tuple(g for g in self.gates if g.kind == "mechanism")
 
     @property
     def column(self) -> str:

@@ -25,10 +25,13 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
     fig_dir.mkdir(parents=True, exist_ok=True)
     all_rows: list[dict[str, Any]] = []
     sections = []
+    registrations = _registrations(root)
     for pid in settings.papers:
         spec, cfg = get_paper(pid), settings.config(pid)
         table = pl.read_csv(results / pid / "metrics.csv")
         rows = claims_rows(spec, cfg, table, settings.profile)
+        for r in rows:
+            r["registration"] = registrations.get(pid, "NOT PRE-REGISTERED") if r["role"] == "headline" else ""
         all_rows.extend(rows)
         figs = []
         curve = figures.learning_curves(results, pid, spec.variants, settings.seeds(pid), fig_dir / f"{pid}_curves.png")
@@ -56,6 +59,19 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
     if tracking_uri:
         _track(tracking_uri, settings, out)
     return index
+
+
+def _registrations(root: Path) -> dict[str, str]:
+    """{paper: "registered <date>; amended <date>: <reason>"} from preregistration.lock, flagging a headline whose
+    code no longer matches its registered hash."""
+    from .. import prereg
+
+    lock = prereg.read_lock(root / prereg.LOCK_NAME)
+    try:
+        hashes = prereg.current_hashes(root / "params.yaml")
+    except Exception as err:  # noqa: BLE001 - the report must still be written; the line says why
+        return {pid: prereg.registration_line(e) + f" (hash not checked: {err})" for pid, e in lock.get("papers", {}).items()}
+    return {pid: prereg.registration_line(lock.get("papers", {}).get(pid), h["hash"]) for pid, h in hashes.items()}
 
 
 VERDICT_CODE = {"reproduced": 1, "inconclusive": 0, "not reproduced": -1}
@@ -132,13 +148,13 @@ def _markdown(sections, settings: Settings, cost_md: list[str]) -> str:
         "",
         HEADLINE_INTRO,
         "",
-        "| paper | headline | verdict | delta [95% CI] | n | mde | fidelity |",
-        "|---|---|---|---|---|---|---|",
+        "| paper | headline | verdict | delta [95% CI] | n | mde | mechanism (measured in these runs) | registration | fidelity |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for spec, rows, _figs, _timing in sections:
         for r in (r for r in rows if r["role"] == "headline"):
             lines.append(f"| [{spec.id}](#{spec.id}) | {r['comparison']} | **{r['verdict']}** | {_interval(r)} | {r['n_seeds']} "
-                         f"| {_fmt(r['mde'])} | {r['fidelity']} |")
+                         f"| {_fmt(r['mde'])} | {_cell(r['mechanism'])} | {_cell(r['registration'])} | {r['fidelity']} |")
     lines.append("")
     if cost_md:
         lines += ["## Cost per paper", "", COST_INTRO, ""] + cost_md + [""]
@@ -166,11 +182,17 @@ def _markdown(sections, settings: Settings, cost_md: list[str]) -> str:
                         f"| {r['comparison']} | {_what(r)} | {_fmt(r['method_mean'])} ± {_fmt(r['method_std'])} "
                         f"| {_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])} | {_interval(r)} | {r['n_seeds']} "
                         f"| {_fmt(r['mde'])} | **{r['verdict']}** |")
-                lines += [""] + [f"- {r['comparison']}: {r['reason']}" for r in chosen]
+                lines += [""] + [f"- {r['comparison']}: {r['reason']}" + (f" Mechanism: {r['mechanism']}." if r["mechanism"] else "")
+                                 + (f" Refuted if: {r['refuted_if']}." if r["refuted_if"] else "")
+                                 + (f" Pre-registration: {r['registration']}." if r["registration"] else "") for r in chosen]
             lines.append("")
         if timing:
             lines += ["Time spent (s, all jobs): " + ", ".join(f"{k[5:]} {v:.1f}" for k, v in sorted(timing.items())), ""]
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return (text or "none declared").replace("|", "/").replace("\n", " ")
 
 
 def _html(sections, settings: Settings, out: Path, cost_md: list[str]) -> str:
@@ -187,13 +209,14 @@ def _html(sections, settings: Settings, out: Path, cost_md: list[str]) -> str:
         "Tables: <a href='claims.csv'>claims.csv</a>, <a href='claims.md'>claims.md</a>.</p>",
         f"<h2 id='headlines'>Headline claims</h2><p class='note'>{e(HEADLINE_INTRO)}</p>",
         "<table><tr><th>paper</th><th>headline</th><th>verdict</th><th>delta [95% CI]</th><th>n</th><th>mde</th>"
-        "<th>fidelity</th></tr>",
+        "<th>mechanism (measured in these runs)</th><th>registration</th><th>fidelity</th></tr>",
     ]
     for spec, rows, _f, _t in sections:
         for r in (r for r in rows if r["role"] == "headline"):
             parts.append(f"<tr><td><a href='#{e(spec.id)}'>{e(spec.id)}</a></td><td>{e(r['comparison'])}</td>"
                          f"<td>{_badge(r['verdict'])}</td><td>{e(_interval(r))}</td><td>{r['n_seeds']}</td>"
-                         f"<td>{_fmt(r['mde'])}</td><td>{e(r['fidelity'])}</td></tr>")
+                         f"<td>{_fmt(r['mde'])}</td><td class='note'>{e(_cell(r['mechanism']))}</td>"
+                         f"<td class='note'>{e(r['registration'])}</td><td>{e(r['fidelity'])}</td></tr>")
     parts.append("</table>")
     if cost_md:
         parts.append(f"<h2 id='costs'>Cost per paper</h2><p class='note'>{e(COST_INTRO)}</p><table>")
@@ -238,7 +261,10 @@ def _html(sections, settings: Settings, out: Path, cost_md: list[str]) -> str:
                     f"<td>{_fmt(r['method_mean'])} ± {_fmt(r['method_std'])}</td><td>{_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])}</td>"
                     f"<td>{e(_interval(r))}</td><td>{r['n_seeds']}</td><td>{_fmt(r['mde'])}</td>"
                     f"<td>@{e(str(r['compressed_level']))}: {_fmt(r['compressed_method_mean'])} / {_fmt(r['compressed_baseline_mean'])}</td>"
-                    f"<td>{_badge(r['verdict'])}<div class='note'>{e(r['reason'])}</div></td></tr>"
+                    f"<td>{_badge(r['verdict'])}<div class='note'>{e(r['reason'])}"
+                    + (f"<br>mechanism: {e(r['mechanism'])}" if r["mechanism"] else "")
+                    + (f"<br>refuted if: {e(r['refuted_if'])}" if r["refuted_if"] else "")
+                    + (f"<br>pre-registration: {e(r['registration'])}" if r["registration"] else "") + "</div></td></tr>"
                 )
             parts.append("</table>")
         for f in figs:

@@ -16,9 +16,11 @@ Each decision is the same as a one-sided t-test at 0.025 (the interval's side) a
 Secondary rows of a paper are one family: their verdict is taken from Holm-adjusted p-values (claimed side
 and opposite side each adjusted over the family), `verdict_raw` keeps the unadjusted one. Headline rows
 (one, or the declared two) and controls are judged alone.
-Gates: a row whose precondition fails (Gate) is `not testable`, with the measured value; so is a row the
-paper declares untestable up front (Comparison.not_testable). Facts (deterministic quantities) carry their
-value and ratio, and no verdict.
+Gates: a row whose precondition or mechanism gate fails (Gate) is `not testable`, with the measured value; so
+is a row the paper declares untestable up front (Comparison.not_testable). Grid-edge gates are directional
+(gate_blocks): the method on its grid's edge blocks only `not reproduced`, a baseline only `reproduced`.
+Every row carries what its mechanism gates measured (`mechanism`), pass or fail. Facts (deterministic
+quantities) carry their value and ratio, and no verdict.
 `mde`: the smallest paired effect these seeds could detect with 80% power at the 0.025 one-sided level,
 (t_{0.975, n-1} + t_{0.80, n-1}) * sd(d) / sqrt(n), from the observed sd of the paired differences.
 Nothing is hard-coded: change the data and the verdict changes.
@@ -41,6 +43,7 @@ COLUMNS = [
     "method", "baseline", "method_mean", "method_std", "baseline_mean", "baseline_std", "ratio", "delta", "ci_low",
     "ci_high", "n_seeds", "mde", "p_value", "p_holm", "verdict", "verdict_raw", "reason", "fidelity",
     "compressed_level", "compressed_method_mean", "compressed_baseline_mean", "data", "substitutions", "profile",
+    "mechanism", "refuted_if", "registration",
 ]
 _FLOATS = {"margin", "target", "tolerance", "method_mean", "method_std", "baseline_mean", "baseline_std", "ratio", "delta",
            "ci_low", "ci_high", "mde", "p_value", "p_holm", "compressed_method_mean", "compressed_baseline_mean"}
@@ -233,12 +236,33 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
     return mean, std
 
 
+def gate_blocks(gate: Gate, comp: Comparison) -> tuple[str, ...]:
+    """The verdicts a failed gate turns into `not testable` (spec.GATE_KINDS). Grid-edge gates are directional:
+    the row's method on its grid's edge can only have been under-tuned against itself, so it blocks only
+    `not reproduced`; any other variant (the baseline, or a variant a derived view picks from) on its edge can
+    only flatter the method, so it blocks only `reproduced`. Every other gate blocks every verdict."""
+    if gate.kind != "grid_edge":
+        return VERDICTS
+    heads = {comp.method, comp.method.split("|", 1)[0]}
+    return ("not reproduced",) if gate.variant in heads else ("reproduced",)
+
+
+def mechanism_text(comp: Comparison, table: pl.DataFrame) -> str:
+    """What the mechanism gates measured in these runs, pass or fail (the report prints it beside the verdict)."""
+    parts = []
+    for gate in comp.mechanism_gates:
+        ok, what = check_gate(gate, table)
+        parts.append(f"{what} [{'active' if ok else 'NOT ACTIVE'}]")
+    return "; ".join(parts)
+
+
 def claims_rows(spec: PaperSpec, cfg: Any, table: pl.DataFrame, profile: str) -> list[dict[str, Any]]:
     rows = []
     for comp in spec.comparisons(cfg):
         judged = _judge(comp, table)
         role = comp.role or "secondary"
         v, reason = judged["verdict_raw"], judged["reason"]
+        blocks: list[tuple[tuple[str, ...], str]] = []  # failed gates: (verdicts each blocks, what was measured)
         if role == "fact":
             v = ""
             reason = f"fact: {comp.method} {_num(judged['method_mean'])}" + (
@@ -246,9 +270,8 @@ def claims_rows(spec: PaperSpec, cfg: Any, table: pl.DataFrame, profile: str) ->
         elif comp.not_testable:
             v, reason = "not testable", f"declared not testable here: {comp.not_testable}"
         else:
-            failed = [why for ok, why in (check_gate(g, table) for g in comp.gates) if not ok]
-            if failed:
-                v, reason = "not testable", "gate failed: " + "; ".join(failed)
+            blocks = [(gate_blocks(g, comp), why) for g, (ok, why) in ((g, check_gate(g, table)) for g in comp.gates) if not ok]
+            v, reason = _gated(v, reason, blocks)
         level = comp.level if comp.stage == "compressed" else _compressed_level(table, comp.metric)
         c_method = _mean_std(list(_values(table, comp.method, f"compressed:{level}/{comp.metric}").values()))[0] if level else float("nan")
         c_base = (_mean_std(list(_values(table, comp.baseline, f"compressed:{level}/{comp.metric}").values()))[0]
@@ -263,20 +286,37 @@ def claims_rows(spec: PaperSpec, cfg: Any, table: pl.DataFrame, profile: str) ->
             **{k: judged[k] for k in ("method_mean", "method_std", "baseline_mean", "baseline_std", "ratio", "delta",
                                       "ci_low", "ci_high", "n_seeds", "mde")},
             "p_value": judged["p_claim"] if role != "fact" else float("nan"), "p_holm": float("nan"),
-            "_p_opp": judged["p_opp"], "verdict": v, "verdict_raw": judged["verdict_raw"] if role != "fact" else "",
+            "_p_opp": judged["p_opp"], "_blocks": blocks, "verdict": v,
+            "verdict_raw": judged["verdict_raw"] if role != "fact" else "",
             "reason": reason, "fidelity": comp.fidelity or spec.fidelity,
+            "mechanism": mechanism_text(comp, table) if role != "fact" else "",
+            "refuted_if": comp.refuted_if,
             "compressed_level": level or "", "compressed_method_mean": c_method, "compressed_baseline_mean": c_base,
             "data": spec.data, "substitutions": spec.substitutions, "profile": profile,
         })
     _holm_secondary(rows)
     for r in rows:
         r.pop("_p_opp", None)
+        r.pop("_blocks", None)
     return rows
+
+
+def _gated(v: str, reason: str, blocks: Sequence[tuple[tuple[str, ...], str]]) -> tuple[str, str]:
+    """A verdict after its failed gates: `not testable` if any failed gate blocks it, else unchanged with the
+    failed directional gates named (they could only have pushed the verdict the other way)."""
+    if not blocks:
+        return v, reason
+    blocking = [why for verdicts, why in blocks if v in verdicts]
+    if blocking:
+        return "not testable", "gate failed: " + "; ".join(blocking)
+    spared = "; ".join(f"{why} (blocks only {' / '.join(repr(x) for x in verdicts)})" for verdicts, why in blocks)
+    return v, f"{reason}; grid-edge gate failed but cannot have produced this verdict: {spared}"
 
 
 def _holm_secondary(rows: list[dict[str, Any]]) -> None:
     """Secondary rows that were tested (not gated out, an interval exists) form one Holm family per paper;
-    their verdict becomes the adjusted one (claimed and opposite sides each adjusted)."""
+    their verdict becomes the adjusted one (claimed and opposite sides each adjusted). A directional gate that
+    failed is applied again to the adjusted verdict."""
     family = [r for r in rows if r["role"] == "secondary" and r["verdict"] in ("reproduced", "inconclusive", "not reproduced")
               and not math.isnan(r["p_value"])]
     if not family:
@@ -288,6 +328,9 @@ def _holm_secondary(rows: list[dict[str, Any]]) -> None:
         v = "reproduced" if pc < ALPHA else "not reproduced" if po < ALPHA else "inconclusive"
         if v != r["verdict"]:
             r["reason"] += f"; Holm over {len(family)} secondary rows: adjusted p {pc:.3g} -> {v}"
+            blocking = [why for verdicts, why in r["_blocks"] if v in verdicts]
+            if blocking:
+                v, r["reason"] = "not testable", "gate failed: " + "; ".join(blocking)
         r["verdict"] = v
 
 
