@@ -33,15 +33,18 @@ include: "workflow/rules/report.smk"
 
 
 onstart:
+    record_lock_owner()
     init_tracking()
 
 
 onsuccess:
     stop_tracking()
+    release_lock_owner()
 
 
 onerror:
     stop_tracking()
+    release_lock_owner()
 
 
 rule all:

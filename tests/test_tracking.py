@@ -103,3 +103,36 @@ def test_experiments_open_in_the_classic_view(tmp_path):
     (value,) = db.execute("select t.value from experiment_tags t join experiments e on e.experiment_id = t.experiment_id "
                           "where e.name = 'demo' and t.key = 'mlflow.experimentKind'").fetchone()
     assert value == "custom_model_development"
+
+
+_PREPARE_SCRIPT = """
+import sys, time
+from paperflow.cli import _raise_on_sigterm
+from paperflow import tracking
+_raise_on_sigterm()
+with tracking.stage_run(sys.argv[1], paper="demo", stage="prepare", tags={"variant": "data", "seed": "-"}):
+    print("preparing", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_sigterm_during_prepare_marks_it_killed_and_a_rerun_supersedes_it(tmp_path):
+    """Ctrl-C / Snakemake cancelling a prepare job sends SIGTERM: its run must not stay RUNNING (issue 26)."""
+    import signal
+    import subprocess
+    import sys
+
+    uri = tracking.default_uri(tmp_path)
+    tracking.init_store(uri, ["demo"])
+    proc = subprocess.Popen([sys.executable, "-c", _PREPARE_SCRIPT, uri], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "preparing"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    (first, status), = db.execute("select run_uuid, status from runs").fetchall()
+    assert status == "KILLED"
+    with tracking.stage_run(uri, paper="demo", stage="prepare", tags={"variant": "data", "seed": "-"}) as run:
+        pass
+    tags = dict(db.execute("select key, value from tags where run_uuid=?", (first,)).fetchall())
+    assert tags["current"] == "false" and tags["superseded_by"] == run.run_id
+    assert dict(db.execute("select key, value from tags where run_uuid=?", (run.run_id,)).fetchall())["current"] == "true"

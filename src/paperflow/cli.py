@@ -86,8 +86,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+class Terminated(SystemExit):
+    """SIGTERM as an exception (Snakemake cancels a job, the job server stops, Ctrl-C of the workflow): the
+    stage's tracking context then marks its MLflow runs KILLED instead of leaving them RUNNING forever."""
+
+
+def _raise_on_sigterm() -> None:
+    import signal
+
+    def handler(signum, _frame):
+        raise Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def cmd_stage(args: argparse.Namespace) -> int:
     from . import device, stages
+
+    _raise_on_sigterm()
 
     root = find_root()
     ctx = stages.Context(root=root, settings=_settings(root, args), tracking_uri=tracking_uri(root), threads=_torch_threads(args))

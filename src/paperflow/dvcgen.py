@@ -25,6 +25,7 @@ RUNNER = ("cli.py", "stages.py", "config.py", "registry.py", "spec.py", "artifac
 WORKFLOW = ("Snakefile", "workflow/rules", "workflow/schemas")
 # The .venv that scripts/setup.sh makes (DVC runs cmds with the caller's PATH, where it may not be first).
 SNAKEMAKE = ".venv/bin/python -m snakemake --cores 8 --config profile=${profile} --"
+REPORT = ".venv/bin/python -m paperflow.cli report --profile ${profile}"
 
 
 def _module_file(name: str) -> Path | None:
@@ -117,10 +118,14 @@ def dvc_stages() -> dict:
         }
     # The report's headline numbers per paper are DVC metrics (so `dvc exp show` / `dvc metrics diff` read like
     # a results table) and its figures are DVC plots (`dvc plots diff` renders them side by side).
+    # The report stage calls the report directly, never through Snakemake: DVC unprotects (copies) persisted
+    # outputs before a stage runs, which makes them newer than their inputs, so Snakemake would say "Nothing to
+    # be done" and leave the previous numbers in reports/metrics (issue 26). A report is cheap: always rebuild.
     stages["report"] = {
-        "cmd": f"{SNAKEMAKE} reports/claims.csv reports/claims.md reports/index.html",
-        "params": ["profile"],
-        "deps": ["src/paperflow/report"] + [f"results/{s.id}/metrics.csv" for s in papers],
+        "cmd": REPORT,
+        "params": ["profile", "profiles", "papers"],
+        "deps": ["src/paperflow/report", "src/paperflow/spec.py", "src/paperflow/contract.py", "src/paperflow/prereg.py",
+                 "preregistration.lock"] + [f"results/{s.id}/metrics.csv" for s in papers],
         "outs": [{f"reports/{name}": {"persist": True}} for name in ("claims.csv", "claims.md", "index.html")],
         # cached (not git-tracked: reports/ is ignored), so a DVC remote carries them with the rest of the report
         "metrics": [{f"reports/metrics/{s.id}.json": {"persist": True}} for s in papers],

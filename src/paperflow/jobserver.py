@@ -324,6 +324,9 @@ def start_for_workflow(root: Path) -> int | None:
         return None
     pid = start(root)
     os.environ["PAPERFLOW_OWN_JOBSERVER"] = "1"
+    from .watchdog import spawn
+
+    spawn(os.getpid(), [pid], str(Path(root).resolve() / LOG))  # a killed workflow process must not leave it running
     return pid
 
 

@@ -266,6 +266,21 @@ def supersede(uri: str, experiment: str, variant: str, seed: int, current: str) 
     return [r.info.run_id for r in old]
 
 
+def supersede_stage(uri: str, experiment: str, stage: str, current: str) -> list[str]:
+    """End every other current run of a parent-less stage (prepare) in the experiment: a RUNNING one (its job was
+    killed) becomes KILLED; all are tagged current=false and superseded_by=<current>."""
+    client = _client(uri)
+    query = f"tags.stage = {_quote(stage)}"
+    old = [r for r in _retry(client.search_runs, [experiment], filter_string=query, max_results=1000)
+           if r.info.run_id != current and r.data.tags.get("current") != "false"
+           and not r.data.tags.get("mlflow.parentRunId")]
+    for r in old:
+        if r.info.status == "RUNNING":
+            set_run_status(uri, r.info.run_id, "KILLED")
+        set_tags(uri, r.info.run_id, {"current": "false", "superseded_by": current})
+    return [r.info.run_id for r in old]
+
+
 def parent_exists(uri: str, run_id: str | None) -> bool:
     if not run_id:
         return False
@@ -302,17 +317,23 @@ def stage_run(
     if run_name is None:  # "train dcmha mha seed0": says what it is in the UI's run list
         run_name = " ".join([stage, paper] + ([tags["variant"], f"seed{tags['seed']}"]
                                               if tags.get("variant") not in (None, "data") and "seed" in tags else []))
+    if parent_id is None:  # a stage without a (variant, seed) parent (prepare): one current run per paper and stage
+        all_tags["current"] = "true"
     run = _retry(client.create_run, exp, run_name=run_name, tags=all_tags)
+    if parent_id is None:
+        supersede_stage(uri, exp, stage, run.info.run_id)
     live = StageRun(uri=uri, run_id=run.info.run_id, parent_id=parent_id)
     try:
         yield live
     except BaseException as err:
+        # SIGTERM (Snakemake cancelling the job, Ctrl-C of the workflow) arrives as Terminated (cli.py): KILLED
+        status = "KILLED" if isinstance(err, (KeyboardInterrupt, SystemExit)) else "FAILED"
         with contextlib.suppress(Exception):
             live.flush()
             _retry(client.set_tag, live.run_id, "error", f"{type(err).__name__}: {err}"[:5000])
-            set_run_status(uri, live.run_id, "FAILED")
+            set_run_status(uri, live.run_id, status)
             if parent_id:
-                set_run_status(uri, parent_id, "FAILED")
+                set_run_status(uri, parent_id, status)
         raise
     live.flush()
     set_run_status(uri, live.run_id, "FINISHED")

@@ -150,6 +150,11 @@ def start_for_workflow(root: Path) -> str | None:
 
     store = default_uri(root)
     uri = start(root, store)
+    state = read_state(Path(root).resolve())
+    if state:  # a killed workflow process must not leave the server (and its workers) running
+        from .watchdog import spawn
+
+        spawn(os.getpid(), [int(state["pid"])], str(Path(root).resolve() / LOG))
     os.environ["MLFLOW_TRACKING_URI"] = uri
     os.environ["PAPERFLOW_TRACKING_STORE"] = store  # artifacts stay file:// beside the store (tracking._artifact_root)
     os.environ["PAPERFLOW_OWN_TRACKING_SERVER"] = "1"

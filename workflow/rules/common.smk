@@ -125,11 +125,73 @@ def paper_params(wildcards):
     return json.dumps(PLAN["papers"][wildcards.paper]["section"], sort_keys=True)
 
 
-def check_sources():
+REPORT_CODE = ("src/paperflow/report", "src/paperflow/spec.py", "src/paperflow/contract.py", "src/paperflow/prereg.py")
+
+
+def report_code():
+    # What decides the verdicts besides the metrics: the claims/report modules, the contract and the lock.
+    files = []
+    for entry in REPORT_CODE:
+        path = Path(workflow.basedir) / entry
+        files += sorted(str(p) for p in path.glob("*.py")) if path.is_dir() else [str(path)]
+    lock = Path(workflow.basedir) / "preregistration.lock"
+    return files + ([str(lock)] if lock.exists() else [])
+
+
+def claim_settings():
+    # The resolved sections and seeds of every paper of this run, as one canonical string (a params trigger).
+    return json.dumps({p: [PLAN["papers"][p]["section"], PLAN["papers"][p]["seeds"]] for p in PAPERS}, sort_keys=True)
+
+
+def check_sources()
+clear_stale_lock():
     """Fail before any job starts when a resource is neither built nor installable from its source."""
     for name in used_resources():
         if not Path(resource_path(name)).exists():
             RESOURCES[name].require_sources(SOURCES)
+
+
+LOCK_OWNER = Path(".snakemake") / "paperflow-lock-owner.json"
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def clear_stale_lock():
+    # A workflow process killed outright (kill -9) leaves Snakemake's lock files, and every later run stops with
+    # LockException until the user finds `--unlock`. record_lock_owner() notes, at onstart, which lock files this
+    # run created and its pid; if that process is gone, exactly those files are stale and are removed here (a lock
+    # of a live run, or one we did not record, is left alone and Snakemake says what to do).
+    try:
+        owner = json.loads(LOCK_OWNER.read_text())
+    except (FileNotFoundError, ValueError):
+        return
+    if _pid_alive(int(owner.get("pid", 0))):
+        return
+    stale = [Path(f) for f in owner.get("locks", []) if Path(f).exists()]
+    for f in stale:
+        f.unlink()
+    LOCK_OWNER.unlink(missing_ok=True)
+    if stale:
+        print(f"paperflow: removed the lock left by workflow process {owner['pid']}, which died without releasing it "
+              f"(jobs it left incomplete are rerun: workflow/profiles/default sets rerun-incomplete)", file=sys.stderr)
+
+
+def record_lock_owner():
+    locks = sorted(str(Path(f).resolve()) for f in getattr(workflow.persistence, "_lockfile", {}).values())
+    if locks:  # --nolock and dry runs hold no lock: nothing to record
+        LOCK_OWNER.write_text(json.dumps({"pid": os.getpid(), "locks": locks}))
+
+
+def release_lock_owner():
+    LOCK_OWNER.unlink(missing_ok=True)
 
 
 def init_tracking():
@@ -158,3 +220,4 @@ def stop_tracking():
 
 
 check_sources()
+clear_stale_lock()

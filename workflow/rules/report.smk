@@ -5,6 +5,8 @@
 rule report:
     input:
         expand("results/{paper}/metrics.csv", paper=PAPERS),
+        # the verdict code and the pre-registration lock: editing either re-renders the report
+        report_code(),
     output:
         csv="reports/claims.csv",
         md="reports/claims.md",
@@ -12,6 +14,8 @@ rule report:
         metrics=expand("reports/metrics/{paper}.json", paper=PAPERS),
     params:
         profile=PROFILE,
+        # claim settings (margins, levels, seeds) of every paper: the rows are built from them
+        claims=claim_settings(),
     conda:
         "../envs/paperflow.yaml"
     log:
