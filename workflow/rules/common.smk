@@ -144,7 +144,8 @@ def claim_settings():
 
 
 def check_sources()
-clear_stale_lock():
+if workflow.is_main_process and not workflow.dryrun:  # never from a job's own parse (SLURM), never in a dry run
+    clear_stale_lock():
     """Fail before any job starts when a resource is neither built nor installable from its source."""
     for name in used_resources():
         if not Path(resource_path(name)).exists():
@@ -220,4 +221,5 @@ def stop_tracking():
 
 
 check_sources()
-clear_stale_lock()
+if workflow.is_main_process and not workflow.dryrun:  # never from a job's own parse (SLURM), never in a dry run
+    clear_stale_lock()
