@@ -143,9 +143,7 @@ def claim_settings():
     return json.dumps({p: [PLAN["papers"][p]["section"], PLAN["papers"][p]["seeds"]] for p in PAPERS}, sort_keys=True)
 
 
-def check_sources()
-if workflow.is_main_process and not workflow.dryrun:  # never from a job's own parse (SLURM), never in a dry run
-    clear_stale_lock():
+def check_sources():
     """Fail before any job starts when a resource is neither built nor installable from its source."""
     for name in used_resources():
         if not Path(resource_path(name)).exists():
