@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tracking_server")
+    root = tmp_path_factory.mktemp("tracking server")  # a space: file URIs are percent-encoded (issue 26)
     store = tracking.default_uri(root)
     uri = tracking_server.start(root, store)
     yield root, store, uri
@@ -97,3 +97,24 @@ def test_a_server_that_is_down_fails_loudly():
 def test_rest_client_rejects_a_non_http_uri():
     with pytest.raises(ValueError, match="http"):
         RestClient("sqlite:///x.db")
+
+
+def test_a_stage_run_later_outside_the_workflow_finds_its_parent(server, monkeypatch):
+    """run.json records the store, not the loopback server's URL: `paperflow stage compress` run on its own (store
+    read directly, the server long gone) reuses the parent train made, instead of creating an empty RUNNING one and
+    superseding the real one (issue 26)."""
+    import json
+
+    from paperflow import stages
+
+    root, store, uri = server
+    monkeypatch.setenv("PAPERFLOW_TRACKING_STORE", store)
+    tracking.init_store(uri, ["demo"])
+    parent = tracking.create_parent_run(uri, "demo", "later", 0, {"profile": "smoke"})
+    run_dir = root / "results" / "demo" / "later" / "seed0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"parent_run_id": parent, "tracking_uri": uri,
+                                                  "tracking_store": tracking.store_id(uri)}))
+    monkeypatch.delenv("PAPERFLOW_TRACKING_STORE")  # a later shell: no workflow, no server
+    ctx = stages.Context(root=root, settings=None, tracking_uri=store)
+    assert stages._parent(ctx, "demo", "later", 0) == parent

@@ -194,7 +194,9 @@ class RestClient:
         src = Path(local_path)
         root = self.get_run(run_id).info.artifact_uri
         if root.startswith("file://") or root.startswith("/"):
-            dest = Path(urllib.parse.urlparse(root).path if root.startswith("file://") else root)
+            # a file URI is percent-encoded (a checkout path with spaces holds "%20"): decode it, or the artifact
+            # lands in a literal "%20" folder that list_artifacts never finds
+            dest = Path(urllib.parse.unquote(urllib.parse.urlparse(root).path) if root.startswith("file://") else root)
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dest / src.name)
         elif root.startswith("mlflow-artifacts:"):

@@ -143,7 +143,8 @@ def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
                     run.log(int(step), **{key: value})
             run.set_tag("cache", "hit")
             run.log_final({"time/train_s": hit["train_s"]})
-            artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri, "train_s": hit["train_s"],
+            artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri,
+                                 "tracking_store": tracking.store_id(ctx.tracking_uri), "train_s": hit["train_s"],
                                  "reused": True}, out_dir / "run.json")
             return out_dir / "model.pt"
         _progress(f"{paper}/{variant}/seed{seed}: train")
@@ -166,7 +167,8 @@ def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
         run.log_final({"time/train_s": seconds, "time/logging_s": run.seconds_logging})
         run.log_artifact(out_dir / "curves.json")
         cache.store(cfg, reads, inputs, out_dir, ["model.pt", "curves.json"], train_s=seconds)
-    artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri, "train_s": seconds}, out_dir / "run.json")
+    artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri, "tracking_store": tracking.store_id(ctx.tracking_uri),
+                         "train_s": seconds}, out_dir / "run.json")
     return out_dir / "model.pt"
 
 
@@ -185,7 +187,10 @@ def _parent(ctx: Context, paper: str, variant: str, seed: int) -> str | None:
     info_path = ctx.run_dir(paper, variant, seed) / "run.json"
     info = artifacts.load_json(info_path) if info_path.exists() else {}
     parent = info.get("parent_run_id")
-    if info.get("tracking_uri") == ctx.tracking_uri and tracking.parent_exists(ctx.tracking_uri, parent):
+    # the same store, whichever way it is reached: the workflow's loopback server is gone after the run, and a
+    # later `paperflow stage compress` writes the same store directly (run.json keeps the store, not the URL)
+    recorded = info.get("tracking_store") or info.get("tracking_uri")
+    if recorded == tracking.store_id(ctx.tracking_uri) and tracking.parent_exists(ctx.tracking_uri, parent):
         return parent
     return tracking.create_parent_run(ctx.tracking_uri, paper, variant, seed, ctx.tags())
 

@@ -227,6 +227,13 @@ def _clean(key: str) -> str:
     return "".join(c if c.isalnum() or c in "_-. /:" else "_" for c in key)
 
 
+def store_id(uri: str | None) -> str | None:
+    """The store behind a tracking URI: the sqlite store paperflow's loopback server fronts (PAPERFLOW_TRACKING_STORE),
+    else the URI itself. run.json records this, so a later stage run outside the workflow finds the same parent."""
+    store = os.environ.get("PAPERFLOW_TRACKING_STORE", "")
+    return store if store and uri and uri.startswith("http://127.0.0.1:") else uri
+
+
 def create_parent_run(uri: str, paper: str, variant: str, seed: int, tags: Mapping[str, str]) -> str:
     """A new (variant, seed) parent run (the train stage creates one per training); earlier parents of the
     same (paper, variant, seed) are ended and marked superseded (module docstring)."""
