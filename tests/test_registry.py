@@ -41,7 +41,9 @@ def test_spec_is_complete(spec):
             head in spec.variants or any(v.startswith(head + "_") for v in spec.variants) or head == "ref")
 
     for comp in comps:
-        assert known(comp.method) and known(comp.baseline), (comp.method, comp.baseline)
+        # a fact or a "matches" row may have no baseline
+        assert known(comp.method) and (known(comp.baseline) or (not comp.baseline and (comp.role == "fact" or comp.kind == "matches"))), \
+            (comp.method, comp.baseline)
     assert spec.title and spec.claim and spec.data and spec.module
     catalog_ids = _catalog_ids()
     assert spec.id in catalog_ids
@@ -134,9 +136,7 @@ def test_plugin_papers_register(tmp_path, monkeypatch):
 def _catalog_ids():
     import yaml
 
-    catalog = ROOT.parent / "shared" / "papers" / "catalog.yaml"
-    if not catalog.exists():
-        pytest.skip("shared/papers/catalog.yaml not beside the checkout")
+    catalog = ROOT / "docs" / "catalog.yaml"  # the 75 papers' catalog, kept in the repository (no ../shared at test time)
     return {p["id"] for p in yaml.safe_load(catalog.read_text())["papers"]}
 
 
