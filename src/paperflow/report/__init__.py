@@ -107,6 +107,16 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def _mean_sd(mean: float, sd: float, n: int) -> str:
+    """mean ± sd over seeds; with one seed there is no spread to show (not "± 0")."""
+    return f"{_fmt(mean)} ± {_fmt(sd)}" if n and n > 1 else f"{_fmt(mean)} (1 seed)"
+
+
+def _headline_verdict(r: dict) -> str:
+    """The verdict, with why when the row could not be judged (the reader should not have to scroll)."""
+    return r["verdict"] + (f" ({r['reason']})" if r["verdict"] == "not testable" else "")
+
+
 def _interval(r: dict) -> str:
     return f"{_fmt(r['delta'])} [{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
 
@@ -153,7 +163,7 @@ def _markdown(sections, settings: Settings, cost_md: list[str]) -> str:
     ]
     for spec, rows, _figs, _timing in sections:
         for r in (r for r in rows if r["role"] == "headline"):
-            lines.append(f"| [{spec.id}](#{spec.id}) | {r['comparison']} | **{r['verdict']}** | {_interval(r)} | {r['n_seeds']} "
+            lines.append(f"| [{spec.id}](#{spec.id}) | {r['comparison']} | **{_cell(_headline_verdict(r))}** | {_interval(r)} | {r['n_seeds']} "
                          f"| {_fmt(r['mde'])} | {_cell(r['mechanism'])} | {_cell(r['registration'])} | {r['fidelity']} |")
     lines.append("")
     if cost_md:
@@ -179,8 +189,8 @@ def _markdown(sections, settings: Settings, cost_md: list[str]) -> str:
                           "|---|---|---|---|---|---|---|---|"]
                 for r in chosen:
                     lines.append(
-                        f"| {r['comparison']} | {_what(r)} | {_fmt(r['method_mean'])} ± {_fmt(r['method_std'])} "
-                        f"| {_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])} | {_interval(r)} | {r['n_seeds']} "
+                        f"| {r['comparison']} | {_what(r)} | {_mean_sd(r['method_mean'], r['method_std'], r['n_seeds'])} "
+                        f"| {_mean_sd(r['baseline_mean'], r['baseline_std'], r['n_seeds'])} | {_interval(r)} | {r['n_seeds']} "
                         f"| {_fmt(r['mde'])} | **{r['verdict']}** |")
                 lines += [""] + [f"- {r['comparison']}: {r['reason']}" + (f" Mechanism: {r['mechanism']}." if r["mechanism"] else "")
                                  + (f" Refuted if: {r['refuted_if']}." if r["refuted_if"] else "")
@@ -214,7 +224,8 @@ def _html(sections, settings: Settings, out: Path, cost_md: list[str]) -> str:
     for spec, rows, _f, _t in sections:
         for r in (r for r in rows if r["role"] == "headline"):
             parts.append(f"<tr><td><a href='#{e(spec.id)}'>{e(spec.id)}</a></td><td>{e(r['comparison'])}</td>"
-                         f"<td>{_badge(r['verdict'])}</td><td>{e(_interval(r))}</td><td>{r['n_seeds']}</td>"
+                         f"<td>{_badge(r['verdict'])}" + (f"<div class='note'>{e(r['reason'])}</div>" if r["verdict"] == "not testable" else "")
+                         + f"</td><td>{e(_interval(r))}</td><td>{r['n_seeds']}</td>"
                          f"<td>{_fmt(r['mde'])}</td><td class='note'>{e(_cell(r['mechanism']))}</td>"
                          f"<td class='note'>{e(r['registration'])}</td><td>{e(r['fidelity'])}</td></tr>")
     parts.append("</table>")
@@ -258,7 +269,8 @@ def _html(sections, settings: Settings, out: Path, cost_md: list[str]) -> str:
             for r in chosen:
                 parts.append(
                     f"<tr><td>{e(r['comparison'])}</td><td>{e(_what(r))}</td>"
-                    f"<td>{_fmt(r['method_mean'])} ± {_fmt(r['method_std'])}</td><td>{_fmt(r['baseline_mean'])} ± {_fmt(r['baseline_std'])}</td>"
+                    f"<td>{_mean_sd(r['method_mean'], r['method_std'], r['n_seeds'])}</td>"
+                    f"<td>{_mean_sd(r['baseline_mean'], r['baseline_std'], r['n_seeds'])}</td>"
                     f"<td>{e(_interval(r))}</td><td>{r['n_seeds']}</td><td>{_fmt(r['mde'])}</td>"
                     f"<td>@{e(str(r['compressed_level']))}: {_fmt(r['compressed_method_mean'])} / {_fmt(r['compressed_baseline_mean'])}</td>"
                     f"<td>{_badge(r['verdict'])}<div class='note'>{e(r['reason'])}"

@@ -34,17 +34,21 @@ def learning_curves(results: Path, paper: str, variants: Sequence[str], seeds: S
                 runs.append(json.loads(path.read_text()))
         if runs:
             loaded[v] = runs
-    keys = sorted({k for runs in loaded.values() for run in runs for k in run})
+    # a curve needs two points: a single logged step (a smoke run) would draw an empty chart
+    keys = sorted({k for runs in loaded.values() for run in runs for k in run if len(run[k]) >= 2})
     if not keys:
         return None
     shown = [k for k in ("train/loss", "val/loss") if k in keys] or keys[:2]
     fig, axes = plt.subplots(1, len(shown), figsize=(5.2 * len(shown), 3.6), squeeze=False)
     for ax, key in zip(axes[0], shown):
+        n_runs = 1
         for v, runs in loaded.items():
-            steps, values = _mean_curve([r[key] for r in runs if key in r])
-            if steps:
+            curves = [r[key] for r in runs if key in r]
+            steps, values = _mean_curve(curves)
+            if len(steps) >= 2:
                 ax.plot(steps, values, label=v, lw=1.4)
-        ax.set_title(f"{paper}: {key} (mean of {len(seeds)} seeds)")
+                n_runs = max(n_runs, len(curves))
+        ax.set_title(f"{paper}: {key}" + (f" (mean of {n_runs} seeds)" if n_runs > 1 else " (one seed)"))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
