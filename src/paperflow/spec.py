@@ -204,12 +204,42 @@ class PaperSpec:
             raise ConfigError(
                 f"params.yaml papers.{self.id}: unknown key(s) {unknown}; known keys are {sorted(known)}"
             )
+        for f in dataclasses.fields(self.Config):
+            if f.name in section:
+                problem = _type_problem(f, section[f.name])
+                if problem:
+                    raise ConfigError(f"params.yaml papers.{self.id}.{f.name}: {problem}")
         try:
             return self.Config(**section)
         except ConfigError as err:
             raise ConfigError(f"params.yaml papers.{self.id}: {err}") from None
         except TypeError as err:
             raise ConfigError(f"params.yaml papers.{self.id}: {err}") from None
+
+
+def _type_problem(f: dataclasses.Field, value: Any) -> str:
+    """Why `value` cannot be the Config field `f` (typed by its default value), or "" if it can. Catches what a
+    comparison in __post_init__ would report as "'>' not supported between 'str' and 'int'" or silently accept
+    (steps: 20.5)."""
+    default = f.default if f.default is not dataclasses.MISSING else None
+    if default is None or value is None:
+        return ""
+    shown = f"{value!r} ({type(value).__name__})"
+    if isinstance(default, bool):
+        return "" if isinstance(value, bool) else f"expected true or false, got {shown}"
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"expected a whole number, got {shown}"
+        return ""
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"expected a number, got {shown}"
+        return ""
+    if isinstance(default, str):
+        return "" if isinstance(value, str) else f"expected a string, got {shown}"
+    if isinstance(default, (tuple, list)):
+        return "" if isinstance(value, (tuple, list)) else f"expected a list, got {shown}"
+    return ""
 
 
 @dataclass(frozen=True)

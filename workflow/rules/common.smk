@@ -16,7 +16,8 @@ from snakemake.exceptions import WorkflowError
 try:
     PLAN = pf_config.workflow_plan(config, cache=Path(".snakemake/paperflow-plan.json"))
 except (ConfigError, KeyError) as err:
-    raise ConfigError(str(err.args[0] if isinstance(err, KeyError) else err)) from None
+    message = str(err.args[0] if isinstance(err, KeyError) else err)
+    raise ConfigError(pf_config.attribute(message, pf_config.read_params("params.yaml"), config)) from None
 
 PROFILE = PLAN["profile"]
 PAPERS = sorted(PLAN["papers"])
