@@ -3,7 +3,8 @@
 #   scripts/local_postgres.sh start [PORT]   install Debian postgresql when missing (as root), create and start
 #                                            cluster "paperflow" on PORT (5433), user/database paperflow/mlflow;
 #                                            prints the backend-store URI for `mlflow server`
-#   scripts/local_postgres.sh stop           stop and drop that cluster
+#   scripts/local_postgres.sh stop           stop that cluster; its data (every tracked run) is kept
+#   scripts/local_postgres.sh stop --purge   stop and drop the cluster with all its tracking data
 set -euo pipefail
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 cmd=${1:-start}
@@ -16,7 +17,13 @@ if ! command -v pg_createcluster >/dev/null; then
 fi
 version=$(ls /usr/lib/postgresql | sort -V | tail -1)
 if [ "$cmd" = stop ]; then
-  as_root pg_dropcluster --stop "$version" "$name" 2>/dev/null || true
+  if [ "${2:-}" = --purge ]; then
+    as_root pg_dropcluster --stop "$version" "$name" 2>/dev/null || true
+    echo "[local_postgres] cluster $name dropped with its data" >&2
+  else
+    as_root pg_ctlcluster "$version" "$name" stop 2>/dev/null || true
+    echo "[local_postgres] cluster $name stopped; its data is kept (stop --purge drops it)" >&2
+  fi
   exit 0
 fi
 if ! pg_lsclusters -h | awk '{print $2}' | grep -qx "$name"; then

