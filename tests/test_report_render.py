@@ -25,3 +25,26 @@ def test_single_point_curves_make_no_chart(tmp_path):
     assert figures.learning_curves(tmp_path / "results", "p", ["a"], [0], tmp_path / "f.png") is None
     (run / "curves.json").write_text(json.dumps({"train/loss": [[0, 1.0], [1, 0.5]]}))
     assert figures.learning_curves(tmp_path / "results", "p", ["a"], [0], tmp_path / "f.png") is not None
+
+
+def test_results_are_judged_with_the_settings_of_the_profile_that_made_them():
+    """A smoke table under a default-profile report: judged with the smoke config and marked; a table mixing
+    profiles is refused (issue 26)."""
+    import polars as pl
+
+    from conftest import ROOT
+    from paperflow import config
+    from paperflow.report import _made_by
+    from paperflow.stages import config_hash
+
+    settings = config.load(ROOT / "params.yaml", profile="default", only=["metalearn_seq"])
+    smoke = config.load(ROOT / "params.yaml", profile="smoke", only=["metalearn_seq"])
+    h = config_hash(smoke.config("metalearn_seq"), smoke.seeds("metalearn_seq"))
+    table = pl.DataFrame({"variant": ["a"], "seed": [0], "profile": ["smoke"], "config_hash": [h]})
+    made = _made_by(ROOT, settings, "metalearn_seq", table)
+    assert made["profile"] == "smoke" and made["cfg"] == smoke.config("metalearn_seq") and not made["problem"]
+    assert "profile 'smoke'" in made["note"] and "other settings" not in made["note"]
+    stale = _made_by(ROOT, settings, "metalearn_seq", table.with_columns(pl.lit("0000").alias("config_hash")))
+    assert "other settings" in stale["note"]
+    mixed = pl.DataFrame({"variant": ["a", "a"], "seed": [0, 1], "profile": ["smoke", "default"], "config_hash": [h, h]})
+    assert "mix profiles" in _made_by(ROOT, settings, "metalearn_seq", mixed)["problem"]

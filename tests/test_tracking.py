@@ -136,3 +136,15 @@ def test_sigterm_during_prepare_marks_it_killed_and_a_rerun_supersedes_it(tmp_pa
     tags = dict(db.execute("select key, value from tags where run_uuid=?", (first,)).fetchall())
     assert tags["current"] == "false" and tags["superseded_by"] == run.run_id
     assert dict(db.execute("select key, value from tags where run_uuid=?", (run.run_id,)).fetchall())["current"] == "true"
+
+
+def test_a_run_of_another_profile_does_not_supersede(tmp_path):
+    """The profile is part of the supersede key: a smoke rerun leaves the default profile's run current (issue 26)."""
+    uri = tracking.default_uri(tmp_path)
+    tracking.init_store(uri, ["demo"])
+    default = tracking.create_parent_run(uri, "demo", "m", 0, {"profile": "default"})
+    smoke = tracking.create_parent_run(uri, "demo", "m", 0, {"profile": "smoke"})
+    again = tracking.create_parent_run(uri, "demo", "m", 0, {"profile": "smoke"})
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    current = dict(db.execute("select run_uuid, value from tags where key='current'").fetchall())
+    assert current == {default: "true", smoke: "false", again: "true"}

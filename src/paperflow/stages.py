@@ -143,7 +143,7 @@ def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
                     run.log(int(step), **{key: value})
             run.set_tag("cache", "hit")
             run.log_final({"time/train_s": hit["train_s"]})
-            artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri,
+            artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri, **_made(ctx, paper, cfg),
                                  "tracking_store": tracking.store_id(ctx.tracking_uri), "train_s": hit["train_s"],
                                  "reused": True}, out_dir / "run.json")
             return out_dir / "model.pt"
@@ -168,7 +168,7 @@ def train(ctx: Context, paper: str, variant: str, seed: int) -> Path:
         run.log_artifact(out_dir / "curves.json")
         cache.store(cfg, reads, inputs, out_dir, ["model.pt", "curves.json"], train_s=seconds)
     artifacts.save_json({"parent_run_id": parent, "tracking_uri": ctx.tracking_uri, "tracking_store": tracking.store_id(ctx.tracking_uri),
-                         "train_s": seconds}, out_dir / "run.json")
+                         **_made(ctx, paper, cfg), "train_s": seconds}, out_dir / "run.json")
     return out_dir / "model.pt"
 
 
@@ -267,6 +267,19 @@ def run(ctx: Context, paper: str, variant: str, seed: int) -> Path:
     return evaluate(ctx, paper, variant, seed)
 
 
+def _made(ctx: Context, paper: str, cfg: Any) -> dict[str, str]:
+    return {"profile": ctx.settings.profile, "config_hash": config_hash(cfg, ctx.settings.seeds(paper))}
+
+
+def config_hash(cfg: Any, seeds: tuple[int, ...]) -> str:
+    """A short hash of a paper's resolved settings and seeds (what made a results table)."""
+    import hashlib
+    import json
+
+    data = json.dumps({"config": config_dict(cfg), "seeds": list(seeds)}, sort_keys=True, default=str)
+    return hashlib.sha256(data.encode()).hexdigest()[:12]
+
+
 def collect(ctx: Context, paper: str) -> Path:
     """results/{paper}/metrics.csv: one row per (variant, seed), derived metrics added."""
     import polars as pl
@@ -280,9 +293,13 @@ def collect(ctx: Context, paper: str) -> Path:
     if spec.derive is not None:
         rows = spec.derive(cfg, rows)
     columns = sorted({k for row in rows for k in row} - {"paper", "variant", "seed"})
+    # every row says which profile and settings made it: the report refuses to judge results of another profile
+    # with this profile's claim settings, and marks results made with other settings (issue 26)
+    made = {"profile": ctx.settings.profile, "config_hash": config_hash(cfg, ctx.settings.seeds(paper))}
     table = pl.DataFrame(
-        [{"paper": r["paper"], "variant": r["variant"], "seed": r["seed"], **{c: r.get(c) for c in columns}} for r in rows],
-        schema={"paper": pl.Utf8, "variant": pl.Utf8, "seed": pl.Int64, **{c: pl.Float64 for c in columns}},
+        [{"paper": r["paper"], "variant": r["variant"], "seed": r["seed"], **made, **{c: r.get(c) for c in columns}} for r in rows],
+        schema={"paper": pl.Utf8, "variant": pl.Utf8, "seed": pl.Int64, "profile": pl.Utf8, "config_hash": pl.Utf8,
+                **{c: pl.Float64 for c in columns}},
     )
     out = ctx.root / "results" / paper / "metrics.csv"
     artifacts.write_atomic(out, lambda p: table.write_csv(p))

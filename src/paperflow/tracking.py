@@ -245,7 +245,7 @@ def create_parent_run(uri: str, paper: str, variant: str, seed: int, tags: Mappi
         run_name=f"{paper}__{variant}__seed{seed}",
         tags={**tags, "paper": paper, "variant": variant, "seed": str(seed), "stage": "run", "current": "true"},
     )
-    supersede(uri, exp, variant, seed, run.info.run_id)
+    supersede(uri, exp, variant, seed, run.info.run_id, profile=tags.get("profile"))
     _RUNS_MADE_HERE.add(run.info.run_id)
     return run.info.run_id
 
@@ -254,11 +254,14 @@ def _quote(value: str) -> str:
     return "'" + str(value).replace("'", "\\'") + "'"
 
 
-def supersede(uri: str, experiment: str, variant: str, seed: int, current: str) -> list[str]:
-    """End every other parent run of (variant, seed) in the experiment: RUNNING ones (a killed job) and their
-    RUNNING stage runs become KILLED; all are tagged current=false and superseded_by=<current>."""
+def supersede(uri: str, experiment: str, variant: str, seed: int, current: str, profile: str | None = None) -> list[str]:
+    """End every other parent run of (variant, seed) in the experiment, of the same profile (a smoke rerun leaves
+    the default profile's runs current): RUNNING ones (a killed job) and their RUNNING stage runs become KILLED;
+    all are tagged current=false and superseded_by=<current>."""
     client = _client(uri)
     query = f"tags.stage = 'run' and tags.variant = {_quote(variant)} and tags.seed = {_quote(str(seed))}"
+    if profile:
+        query += f" and tags.profile = {_quote(profile)}"
     old = [r for r in _retry(client.search_runs, [experiment], filter_string=query, max_results=1000)
            if r.info.run_id != current and r.data.tags.get("current") != "false"]
     for r in old:

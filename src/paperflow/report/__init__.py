@@ -27,11 +27,16 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
     sections = []
     registrations = _registrations(root)
     for pid in settings.papers:
-        spec, cfg = get_paper(pid), settings.config(pid)
+        spec = get_paper(pid)
         table = pl.read_csv(results / pid / "metrics.csv")
-        rows = claims_rows(spec, cfg, table, settings.profile)
+        made_by = _made_by(root, settings, pid, table)
+        rows = claims_rows(spec, made_by["cfg"], table, made_by["profile"])
         for r in rows:
             r["registration"] = registrations.get(pid, "NOT PRE-REGISTERED") if r["role"] == "headline" else ""
+            if made_by["problem"] and r["role"] != "fact":
+                r["verdict"], r["reason"] = "not testable", made_by["problem"]
+            elif made_by["note"]:
+                r["reason"] += f"; {made_by['note']}"
         all_rows.extend(rows)
         figs = []
         curve = figures.learning_curves(results, pid, spec.variants, settings.seeds(pid), fig_dir / f"{pid}_curves.png")
@@ -59,6 +64,36 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
     if tracking_uri:
         _track(tracking_uri, settings, out)
     return index
+
+
+def _made_by(root: Path, settings: Settings, pid: str, table: pl.DataFrame) -> dict[str, Any]:
+    """Which profile and settings made a paper's results (metrics.csv's profile/config_hash columns), and the
+    config to judge them with: the claim settings of the profile that made them, never this report's (a smoke
+    table judged with default margins and texts is wrong). Mixed profiles in one table are refused; results made
+    with other settings than the current ones are marked."""
+    out: dict[str, Any] = {"profile": settings.profile, "cfg": settings.config(pid), "problem": "", "note": ""}
+    if "profile" not in table.columns:
+        out["note"] = "results carry no profile (made before profiles were recorded)"
+        return out
+    profiles = sorted(set(table["profile"].drop_nulls().to_list()))
+    if len(profiles) > 1:
+        out["problem"] = f"results mix profiles {profiles}: rerun the paper under one profile"
+        return out
+    made = profiles[0] if profiles else settings.profile
+    if made != settings.profile:
+        from .. import config
+
+        other = config.load(root / "params.yaml", profile=made, only=[pid])
+        out.update(profile=made, cfg=other.config(pid), note=f"results made under profile {made!r}")
+        seeds = other.seeds(pid)
+    else:
+        seeds = settings.seeds(pid)
+    from ..stages import config_hash
+
+    hashes = set(table["config_hash"].drop_nulls().to_list()) if "config_hash" in table.columns else set()
+    if hashes and hashes != {config_hash(out["cfg"], seeds)}:
+        out["note"] = (out["note"] + "; " if out["note"] else "") + "results made with other settings than params.yaml's current ones"
+    return out
 
 
 def _registrations(root: Path) -> dict[str, str]:
@@ -150,7 +185,7 @@ def _markdown(sections, settings: Settings, cost_md: list[str]) -> str:
     lines = [
         "# paperflow claims report",
         "",
-        f"Profile `{settings.profile}`. Verdicts come from paired differences over seeds with a 95% t interval "
+        f"Profile `{settings.profile}`{_profile_mix(sections, settings)}. Verdicts come from paired differences over seeds with a 95% t interval "
         "(reproduced / inconclusive / not reproduced; not testable when a precondition fails); secondary rows are "
         "Holm-adjusted within each paper; facts carry values, not verdicts; nothing is hard-coded.",
         "",
@@ -201,6 +236,16 @@ def _markdown(sections, settings: Settings, cost_md: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _profile_mix(sections, settings: Settings) -> str:
+    """" (smoke results: a, b)" when some papers' results were made under another profile than the report's."""
+    other: dict[str, list[str]] = {}
+    for spec, rows, _f, _t in sections:
+        prof = rows[0]["profile"] if rows else settings.profile
+        if prof != settings.profile:
+            other.setdefault(prof, []).append(spec.id)
+    return "".join(f" (results made under profile `{p}`: {', '.join(ids)})" for p, ids in sorted(other.items()))
+
+
 def _cell(text: str) -> str:
     return (text or "none declared").replace("|", "/").replace("\n", " ")
 
@@ -213,7 +258,7 @@ def _html(sections, settings: Settings, out: Path, cost_md: list[str]) -> str:
         "table{border-collapse:collapse;margin:.6em 0;font-size:.9em}td,th{border:1px solid #d0d7de;padding:.3em .5em}"
         "th{background:#f6f8fa}.v{font-weight:600;color:#fff;padding:.1em .4em;border-radius:4px}"
         "img{max-width:100%;margin:.3em 0}.note{color:#59636e;font-size:.9em}</style></head><body>",
-        f"<h1>paperflow claims report</h1><p class='note'>Profile <b>{e(settings.profile)}</b>. "
+        f"<h1>paperflow claims report</h1><p class='note'>Profile <b>{e(settings.profile)}</b>{e(_profile_mix(sections, settings))}. "
         "Each verdict is computed from paired per-seed differences with a 95% Student-t interval; secondary rows are "
         "Holm-adjusted within each paper; a failed precondition gives <i>not testable</i>; facts carry values, not verdicts. "
         "Tables: <a href='claims.csv'>claims.csv</a>, <a href='claims.md'>claims.md</a>.</p>",
