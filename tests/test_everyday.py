@@ -75,8 +75,14 @@ def test_dvc_experiments_record_fresh_metrics_without_root_override(workspace, s
     (m1, t1), (m2, t2) = seen[0.3], seen[0.05]
     assert not t1.equals(t2), "the knob changed nothing in results"
     assert m1 != m2, "reports/metrics kept the previous experiment's numbers"
-    shown = run(DVC + ["exp", "show", "--json"], ws, timeout=600).stdout
-    assert shown.count(f"reports/metrics/{PAPER}.json") >= 1
+    assert m1["headline"]["verdict"] in ("reproduced", "inconclusive", "not reproduced", "not testable")  # a word
+    table = run(DVC + ["exp", "show", "--only-changed", "--csv"], ws, timeout=600).stdout
+    header = table.splitlines()[0].split(",")
+    assert len(header) < 40, f"`dvc exp show --only-changed` has {len(header)} columns"  # fits a screen (README)
+    assert any(f"papers.{PAPER}.{KNOB}" in h for h in header)
+    run(DVC + ["plots", "show"], ws, timeout=600)
+    status = run(["git", "status", "--porcelain"], ws).stdout
+    assert "dvc_plots" not in status, status  # ignored, not left for the user to commit
 
 
 def test_rerun_after_dvc_commit_without_root_override(workspace, smoke_run, tmp_path):

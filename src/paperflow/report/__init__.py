@@ -109,25 +109,18 @@ def _registrations(root: Path) -> dict[str, str]:
     return {pid: prereg.registration_line(lock.get("papers", {}).get(pid), h["hash"]) for pid, h in hashes.items()}
 
 
-VERDICT_CODE = {"reproduced": 1, "inconclusive": 0, "not reproduced": -1}
-
-
 def paper_metrics(rows: list[dict]) -> dict:
-    """The small per-paper results file DVC declares as metrics: the headline row's numbers and verdict code
-    (1 reproduced, 0 inconclusive, -1 not reproduced; absent when not testable), and verdict counts."""
+    """The small per-paper file DVC declares as metrics (`dvc exp show` columns): per headline its verdict, as a
+    word (an unlabelled 1/0/-1 meant nothing in `exp show`), the paired delta with its interval, and the seeds.
+    Nothing else, so that `dvc exp show --only-changed` fits a screen (README "DVC")."""
     def numbers(r: dict) -> dict:
-        out = {k: (None if isinstance(r[k], float) and math.isnan(r[k]) else r[k])
-               for k in ("method_mean", "baseline_mean", "delta", "ci_low", "ci_high", "mde", "n_seeds")}
-        if r["verdict"] in VERDICT_CODE:
-            out["verdict"] = VERDICT_CODE[r["verdict"]]
+        out = {"verdict": r["verdict"]}
+        out.update({k: (None if isinstance(r[k], float) and math.isnan(r[k]) else r[k])
+                    for k in ("delta", "ci_low", "ci_high", "n_seeds")})
         return out
 
     heads = [r for r in rows if r["role"] == "headline"]
-    result = {"headline": numbers(heads[0])} if len(heads) == 1 else {f"headline{i + 1}": numbers(r) for i, r in enumerate(heads)}
-    judged = [r for r in rows if r["role"] in ("headline", "secondary")]
-    result["counts"] = {v.replace(" ", "_"): sum(r["verdict"] == v for r in judged)
-                        for v in ("reproduced", "inconclusive", "not reproduced", "not testable")}
-    return result
+    return {"headline": numbers(heads[0])} if len(heads) == 1 else {f"headline{i + 1}": numbers(r) for i, r in enumerate(heads)}
 
 
 def _timing(table: pl.DataFrame) -> dict[str, float]:
