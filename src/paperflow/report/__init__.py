@@ -42,7 +42,7 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
         curve = figures.learning_curves(results, pid, spec.variants, settings.seeds(pid), fig_dir / f"{pid}_curves.png")
         if curve:
             figs.append(curve)
-        comps = list(spec.comparisons(cfg))
+        comps = list(spec.comparisons(made_by["cfg"]))
         if spec.figure == "layer_profile":
             level = next((c.level for c in comps if c.level), None)
             if level and (f := figures.layer_profile_figure(table, pid, level, fig_dir / f"{pid}_layers.png")):
