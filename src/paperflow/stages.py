@@ -277,7 +277,7 @@ def config_hash(cfg: Any, seeds: tuple[int, ...]) -> str:
     import json
 
     data = json.dumps({"config": config_dict(cfg), "seeds": list(seeds)}, sort_keys=True, default=str)
-    return hashlib.sha256(data.encode()).hexdigest()[:12]
+    return "cfg-" + hashlib.sha256(data.encode()).hexdigest()[:12]  # a prefix: never parsed as a number
 
 
 def collect(ctx: Context, paper: str) -> Path:

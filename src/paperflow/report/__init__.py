@@ -28,7 +28,7 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
     registrations = _registrations(root)
     for pid in settings.papers:
         spec = get_paper(pid)
-        table = pl.read_csv(results / pid / "metrics.csv")
+        table = read_metrics(results / pid / "metrics.csv")
         made_by = _made_by(root, settings, pid, table)
         rows = claims_rows(spec, made_by["cfg"], table, made_by["profile"])
         for r in rows:
@@ -64,6 +64,12 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
     if tracking_uri:
         _track(tracking_uri, settings, out)
     return index
+
+
+def read_metrics(path: Path) -> pl.DataFrame:
+    """results/<paper>/metrics.csv with its text columns read as text (a hex config hash like "15111e069324" would
+    otherwise parse as a float)."""
+    return pl.read_csv(path, schema_overrides={"paper": pl.Utf8, "variant": pl.Utf8, "profile": pl.Utf8, "config_hash": pl.Utf8})
 
 
 def _made_by(root: Path, settings: Settings, pid: str, table: pl.DataFrame) -> dict[str, Any]:
