@@ -33,17 +33,20 @@ def test_objective_gradients_follow_bayesagg():
     cfg = _tiny_cfg()
     torch.manual_seed(0)
     model = ba.build_model({"channels": [2, 4], "hidden": 6, "image_size": 28, "tasks": ["a", "b"]})
-    obj = ba.BayesAggObjective(cfg, model, seed=0)
+    group = {"clip": 0.0}
+    obj = ba.BayesAggObjective(cfg, model, seed=0, ls_steps=4, trunk_group=group)
     g = torch.Generator().manual_seed(0)
     batches = [(torch.rand(16, 1, 28, 28, generator=g), [torch.randint(0, 10, (16,), generator=g) for _ in range(2)]) for _ in range(5)]
-    for b in batches[:4]:  # one LS epoch (64 // 16 = 4 steps) collects the features
+    for b in batches[:4]:  # 4 LS warm-up steps collect the features (an epoch: 64 // 16 = 4 batches)
         obj(b)
+    assert obj.prior is None and obj.mechanism()["bayesagg_steps"] == 0.0 and group["clip"] == 0.0
     xb, ys = batches[4]
     torch.manual_seed(1)
     obj.gen.manual_seed(5)
     model.zero_grad()
-    out = obj((xb, ys))  # step 4: the full-data posteriors are built, then BayesAgg
-    assert obj.prior is not None and len(obj.feats) == 1
+    out = obj((xb, ys))  # step 4: the full-data posteriors are built from the 4 buffered batches, then BayesAgg
+    assert obj.prior is not None and len(obj.buffer) == 4 and obj.mechanism()["bayesagg_steps"] == 1.0
+    assert group["clip"] == cfg.shared_clip  # the trunk is clipped from the end of the warm-up on (official trainer)
     with torch.no_grad():
         z = model.trunk(xb)
         losses = [F.cross_entropy(h(z), y) for h, y in zip(model.heads, ys)]
@@ -86,13 +89,47 @@ def test_derive_delta_m_and_best_baseline_on_validation():
 
 
 def test_config_and_rows():
-    with pytest.raises(ConfigError, match="ls_epochs"):
-        ba.Config(ls_epochs=0)
+    with pytest.raises(ConfigError, match="ls_fraction"):
+        ba.Config(ls_fraction=0.0)
+    with pytest.raises(ConfigError, match="activation"):
+        ba.Config(activation="tanh")
     with pytest.raises(ConfigError, match="lr_grid"):
         ba.Config(lr_grid=(0.0, 0.1))
     rows = ba.comparisons(ba.SPEC.make_config({}))
     assert [(r.baseline, r.role) for r in rows] == [(ba.BEST, "headline"), ("ls", "secondary"), ("mgda", "secondary"),
-                                                     ("nashmtl", "secondary"), ("ls", "control")]
+                                                     ("nashmtl", "secondary"), ("ls", "control"), ("", "fact"), ("", "fact")]
+    head = rows[0]
+    (mech,) = head.mechanism_gates
+    assert (mech.variant, mech.column, mech.above) == ("bayesagg", "dense/agg_weight_spread", ba.SPREAD_MIN) and head.refuted_if
+    assert {g.variant for g in head.gates if g.kind == "grid_edge"} == {"bayesagg", ba.BEST}
+
+
+def test_weight_stats_by_hand():
+    """K=2, one example, D=2, p=0.1: var_a = (1, 1), var_b = (1, 2^10) -> Lambda_b = (1, 1/2), w_a = (1/2, 2/3),
+    w_b = (1/2, 1/3): spread = mean(0, 1/3) = 1/6; mu_a = (1, 2), mu_b = (3, 4): d = (2, 8/3), uniform (2, 3),
+    distance = (1/3) / sqrt(13)."""
+    mu = torch.tensor([[[1.0, 2.0]], [[3.0, 4.0]]], dtype=torch.float64)
+    var = torch.tensor([[[1.0, 1.0]], [[1.0, 2.0 ** 10]]], dtype=torch.float64)
+    w = ba.aggregation_weights(var, 0.1)
+    torch.testing.assert_close(w[:, 0], torch.tensor([[0.5, 2 / 3], [0.5, 1 / 3]], dtype=torch.float64))
+    torch.testing.assert_close((w * mu).sum(0), mtl.bayesagg_aggregate(mu, var, 0.1))  # B = 1
+    spread, dist = ba.weight_stats(mu, var, 0.1)
+    assert spread == pytest.approx(1 / 6) and dist == pytest.approx((1 / 3) / math.sqrt(13))
+    equal = ba.weight_stats(mu, torch.ones_like(var), 0.1)  # equal variances: BayesAgg is the plain mean
+    assert equal == pytest.approx((0.0, 0.0))
+
+
+def test_recipe_pieces():
+    """Warm-up = ls_fraction of the steps; MultiStepLR at 60%/80%; ClipAdam clips each group at its own norm."""
+    cfg = ba.Config()
+    assert cfg.ls_steps(250) == 25 and cfg.ls_steps(12) == 1 and cfg.ls_steps(100) == 10
+    sched = ba.lr_schedule(cfg, 1.0, 100)
+    assert [sched(s) for s in (0, 59, 60, 79, 80, 99)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01])
+    a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+    opt = ba.ClipAdam([{"params": [a], "clip": 1.0}, {"params": [b], "clip": 0.0}], lr=0.1)
+    a.grad, b.grad = torch.tensor([3.0, 4.0]), torch.tensor([3.0, 4.0])
+    opt.step()
+    assert float(a.grad.norm()) == pytest.approx(1.0) and float(b.grad.norm()) == pytest.approx(5.0)
 
 
 def test_end_to_end_through_spec(tmp_path):
@@ -110,6 +147,8 @@ def test_end_to_end_through_spec(tmp_path):
         rows.append(row)
     stl = rows[spec.variants.index("stl")]
     assert {"dense/acc_a", "dense/acc_b", "dense/val_acc_a", "dense/val_acc_b", "dense/grid_edge", "compressed:0.80/acc_b"} <= set(stl)
+    agg = rows[spec.variants.index("bayesagg")]
+    assert 0.0 <= agg["dense/agg_weight_spread"] <= 1.0 and agg["dense/bayesagg_steps"] == cfg.steps - cfg.ls_steps(cfg.steps)
     out = spec.derive(cfg, rows)
     assert sum(r["variant"] == ba.BEST for r in out) == 1
     for r in out:

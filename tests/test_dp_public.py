@@ -1,5 +1,6 @@
 """dp_public: the Gaussian mechanism's calibration (exact delta, classic bound, linear in the sensitivity), the weighted
-estimators' unbiasedness and MSE against their closed forms, optimality of the weights, and the spec/Config."""
+estimators' unbiasedness and MSE against their closed forms, optimality of the weights; semi-DP GD (clipping, the
+composed noise, DP-GD as its beta = n_priv/n special case, the mechanism measure on a hand case); the spec/Config."""
 from __future__ import annotations
 
 import math
@@ -58,18 +59,73 @@ def test_estimators_unbiased_and_mse_matches_closed_form():
             assert np.mean(np.sum(err ** 2, 1)) == pytest.approx(bound[e], rel=0.08)  # variance exactly V here
 
 
+def test_clipping_and_composed_noise():
+    X = np.array([[1.0, 0.0], [0.0, 2.0]])
+    y = np.array([0.0, 1.0])
+    theta = np.array([3.0, 1.0])  # residuals 3, 1: gradients 2 x r = (6, 0) and (0, 4)
+    np.testing.assert_allclose(dp.clipped_grad_sum(X, y, theta, 1.0), [1.0, 1.0])
+    np.testing.assert_allclose(dp.clipped_grad_sum(X, y, theta, 5.0), [5.0, 4.0])  # the second is not clipped
+    cfg = dp.Config(reg_steps=16, reg_eps=2.0)
+    s = dp.reg_noise_multiplier(cfg)
+    assert s == pytest.approx(4 * dp.gaussian_sigma(2.0, cfg.dp_delta))
+    # 16 steps at noise s compose to one Gaussian step at s / 4: exactly (eps, delta)
+    assert dp.gaussian_delta(s / 4, 2.0, 1.0) == pytest.approx(cfg.dp_delta, rel=1e-6)
+
+
+def test_dp_gd_is_semi_dp_with_proportional_weight():
+    """The ablation: semi-DP with beta = n_priv / n and DP-GD at the same clip norm make the same run."""
+    cfg = dp.Config(reg_steps=7)
+    data = dp.reg_data(cfg, np.random.default_rng(0))
+    n_pub, n_priv = len(data["pub"][1]), len(data["priv"][1])
+    assert (n_pub, n_priv, len(data["val"][1])) == (30, 970, 250)  # 1.5 p public, p / ratio * 1.5 train, train / 4
+    z = np.random.default_rng(1).standard_normal((cfg.reg_steps, cfg.reg_p))
+    semi = dp.reg_run(cfg, data, "semi_dp", 0.3, n_priv / (n_pub + n_priv), z)
+    np.testing.assert_allclose(semi, dp.reg_run(cfg, data, "dp_gd", 0.3, cfg.reg_clip, z), rtol=1e-10)
+    # beta = 0 never reads the private data: every private label can change without moving the run
+    other = {**data, "priv": (data["priv"][0], data["priv"][1] + 100.0)}
+    np.testing.assert_allclose(dp.reg_run(cfg, data, "semi_dp", 0.3, 0.0, z), dp.reg_run(cfg, other, "semi_dp", 0.3, 0.0, z))
+
+
+def test_mechanism_measure_hand_case():
+    cfg = dp.Config()
+    data = dp.reg_data(cfg, np.random.default_rng(2))
+    out = dp.ivw_weight(cfg, data, np.random.default_rng(5), draws=3)
+    (Xq, yq), (Xp, yp), (Xv, yv) = data["pub"], data["priv"], data["val"]
+    theta = np.linalg.lstsq(Xq, yq, rcond=None)[0]
+    ref = dp.clipped_grad_sum(Xv, yv, theta, 1.0) / len(yv)
+    e_pub = np.sum((dp.clipped_grad_sum(Xq, yq, theta, 1.0) / len(yq) - ref) ** 2)
+    z = np.random.default_rng(5).standard_normal((3, cfg.reg_p))
+    noisy = (dp.clipped_grad_sum(Xp, yp, theta, 1.0) + dp.reg_noise_multiplier(cfg) * z) / len(yp)
+    e_priv = np.mean(np.sum((noisy - ref) ** 2, axis=1))
+    assert out["ivw_beta"] == pytest.approx(e_pub / (e_pub + e_priv)) and 0 < out["ivw_beta"] < 1
+
+
 def test_derive_views_and_spec():
     with pytest.raises(ConfigError, match="fracs"):
         dp.Config(fracs=(0.2, 0.1))
-    cfg = dp.SPEC.make_config({"n": 100, "reps": 5, "fracs": [0.05, 0.2], "eps_local": [1, 4], "eps_central": [0.1, 0.5]})
-    model = dp.train(cfg, dp.prepare(cfg, None), "local", 0, lambda step, **m: None)
-    row = {"paper": "dp_public", "variant": "local", "seed": 0, **{f"dense/{k}": v for k, v in dp.evaluate(cfg, model, None).items()}}
-    out = dp.derive(cfg, [row])
-    views = {r["variant"]: r for r in out}
-    assert set(views) == {"local"} | {f"local|{e}" for e in dp.ESTIMATORS + ("best_baseline",)}
+    with pytest.raises(ConfigError, match="reg_betas"):
+        dp.Config(reg_betas=(0.5, 0.9, 1.5))
+    cfg = dp.SPEC.make_config({"n": 100, "reps": 5, "fracs": [0.05, 0.2], "eps_local": [1, 4], "eps_central": [0.1, 0.5],
+                               "reg_steps": 5, "reg_lrs": [0.1, 0.3, 1.0], "reg_betas": [0.7, 0.9, 1.0],
+                               "reg_clips": [0.3, 1.0, 3.0]})
+    rows = []
+    for variant in ("local", "regression"):
+        model = dp.train(cfg, dp.prepare(cfg, None), variant, 0, lambda step, **m: None)
+        rows.append({"paper": "dp_public", "variant": variant, "seed": 0,
+                     **{f"dense/{k}": v for k, v in dp.evaluate(cfg, model, None).items()}})
+    views = {r["variant"]: r for r in dp.derive(cfg, rows)}
+    assert set(views) == {"local", "regression"} | {f"local|{e}" for e in dp.ESTIMATORS + ("best_baseline",)} | {
+        f"regression|{m}" for m in dp.REG_METHODS + ("best_baseline",)}
     k = dp.key(4.0, 0.05)
     assert views["local|best_baseline"][f"dense/mse@{k}"] == min(views["local|public_only"][f"dense/mse@{k}"],
                                                                  views["local|all_private"][f"dense/mse@{k}"])
-    rows = dp.comparisons(cfg)
-    assert sum(r.role == "headline" for r in rows) == 1
-    assert all(r.column in views[r.method] for r in rows if r.method.startswith("local"))
+    best = views["regression|best_baseline"]  # chosen on validation, never on the test number
+    pick = min(("dp_gd", "public_only"), key=lambda m: views[f"regression|{m}"]["dense/val"])
+    assert best["dense/logexcess"] == views[f"regression|{pick}"]["dense/logexcess"]
+    assert 0 < views["regression"]["dense/ivw_beta"] < 1
+    comps = dp.comparisons(cfg)
+    heads = [r for r in comps if r.role == "headline"]
+    assert len(heads) == 1 and heads[0].method == "regression|semi_dp" and heads[0].refuted_if
+    assert heads[0].mechanism_gates[0].metric == "ivw_beta"
+    assert all(r.text.startswith("verification:") for r in comps if r.method.split("|")[0] in dp.MEAN_MODELS)
+    assert all(r.column in views[r.method] for r in comps if r.method in views)

@@ -67,8 +67,47 @@ def test_config_validation_and_rows():
     rows = ex.comparisons(cfg)
     assert sum(r.role == "headline" for r in rows) == 1
     head = rows[0]
-    assert (head.metric, head.method, head.baseline, head.better) == ("acc_a", "excessmtl", "dwa", "higher")
-    assert head.gates[0].comparison.method == "dwa_clean"  # the noise-hurts gate
+    assert (head.metric, head.method, head.baseline, head.better) == ("acc_a", "excessmtl", ex.BEST, "higher") and head.refuted_if
+    (down,) = head.mechanism_gates
+    assert (down.variant, down.metric, down.below) == ("excessmtl", "weight_b", 1.0)
+    premise = [g for g in head.gates if g.comparison is not None]
+    assert len(premise) == 1 and (premise[0].comparison.method, premise[0].comparison.baseline) == (ex.CLEAN, ex.BEST)
+
+
+def test_flipped_labels_are_redrawn_at_every_access():
+    """The official loader: a fixed flipped subset, each flipped label a fresh uniform class at every access."""
+    n = 1000
+    mask = ex.flip_subset(n, 0.6, torch.Generator().manual_seed(0))
+    assert int(mask.sum()) == 600  # floor(0.6 n), without replacement
+    assert torch.equal(mask, ex.flip_subset(n, 0.6, torch.Generator().manual_seed(0)))
+    y = torch.arange(10).repeat(n // 10)
+    gen = torch.Generator().manual_seed(1)
+    first, second = ex.noisy_labels(y, mask, gen), ex.noisy_labels(y, mask, gen)
+    assert torch.equal(first[~mask], y[~mask]) and torch.equal(second[~mask], y[~mask])  # clean examples keep their label
+    assert float((first[mask] != second[mask]).float().mean()) > 0.8  # re-drawn: two accesses differ ~90% of the time
+    draws = torch.stack([ex.noisy_labels(y, mask, gen)[mask] for _ in range(50)])
+    counts = torch.bincount(draws.reshape(-1), minlength=10).float()
+    assert float((counts / counts.sum() - 0.1).abs().max()) < 0.01  # uniform over all 10 classes, the true one included
+    assert not bool(ex.flip_subset(n, 0.0, gen).any())
+
+
+def test_epoch_batches_are_shuffled_passes_with_the_last_partial_batch_dropped():
+    b = ex.epoch_batches(10, 3, 7, torch.Generator().manual_seed(0))
+    assert b.shape == (7, 3)
+    for start in (0, 3):  # passes of 3 batches (9 of the 10 examples, no repeats)
+        one_pass = b[start : start + 3].reshape(-1)
+        assert len(set(one_pass.tolist())) == 9
+    assert not torch.equal(b[0:3], b[3:6])
+
+
+def test_best_loss_based_baseline_and_view_use_validation():
+    assert ex.best_loss_based({"groupdro": 71.0, "dwa": 73.0}) == "dwa"
+    assert ex.best_loss_based({"groupdro": 73.0, "dwa": 73.0}) == "groupdro"  # ties: LOSS_BASED order
+    rows = [{"variant": v, "seed": s, "dense/acc_a": 10.0 * i + s, "dense/val_acc_a": val}
+            for s in (0, 1) for i, (v, val) in enumerate([("excessmtl", 80.0), ("groupdro", 75.0), ("dwa", 70.0), ("ls", 90.0)])]
+    best = [r for r in ex.derive(ex.Config(), rows) if r["variant"] == ex.BEST]
+    assert [r["dense/acc_a"] for r in best] == [10.0, 11.0] and best[0]["dense/best_baseline"] == 0.0  # GroupDRO's test rows
+    assert ex.derive(ex.Config(), [{"variant": "dwa", "seed": 0}]) == [{"variant": "dwa", "seed": 0}]
 
 
 def test_end_to_end_through_spec(tmp_path):
@@ -77,30 +116,39 @@ def test_end_to_end_through_spec(tmp_path):
                             "steps": 6, "tune_steps": 3, "batch_size": 32, "channels": [4, 8], "hidden": 16})
     data = spec.prepare(cfg, synthetic_resources(tmp_path))
     assert set(data["tuning"]) == set(ex.VARIANTS)
+    chosen = ex.best_loss_based({b: data["tuning"][b]["val_acc_a"] for b in ex.LOSS_BASED})
+    assert data["tuning"][ex.CLEAN] == data["tuning"][chosen]
+    rows = []
     for variant in spec.variants:
         logged = []
         model = spec.train(cfg, data, variant, 0, lambda step, **m: logged.append(m))
         metrics = spec.evaluate(cfg, model, data)
-        assert {"acc_a", "acc_b", "acc_mean", "weight_b", "tuned_lr", "grid_edge"} <= set(metrics)
+        assert {"acc_a", "acc_b", "acc_mean", "weight_b", "weight_b_mean", "tuned_lr", "grid_edge"} <= set(metrics)
         assert metrics["tuned_lr"] == data["tuning"][variant]["tuned_lr"]
         comp = spec.compress(cfg, model, data, variant, 0)
         assert set(comp) == {"0.50", "0.80"} and "acc_a" in spec.evaluate(cfg, comp["0.80"], data)
         assert logged
+        rows.append({"variant": variant, "seed": 0, **{f"dense/{k}": v for k, v in metrics.items()}})
+    assert rows[-1]["dense/clean_of"] == float(ex.LOSS_BASED.index(chosen))
+    assert sum(r["variant"] == ex.BEST for r in spec.derive(cfg, rows)) == 1
     first = spec.train(cfg, data, "excessmtl", 1, None)
     again = spec.train(cfg, data, "excessmtl", 1, None)
     assert all(torch.equal(first["state"][k], again["state"][k]) for k in first["state"])
     assert sum(first["weights"]) == pytest.approx(2.0)
 
 
-def test_noise_is_applied_only_to_noisy_variants(monkeypatch, tmp_path):
+def test_noise_is_applied_only_to_noisy_runs(monkeypatch):
     seen = []
-    real = ex.symmetric_label_noise
-    monkeypatch.setattr(ex, "symmetric_label_noise", lambda *a, **k: seen.append(a[3]) or real(*a, **k))
-    cfg = ex.Config(n_train=64, n_val=16, n_test=16, steps=1, tune_steps=1, batch_size=32, channels=(2, 2), hidden=4)
+    real = ex.noisy_labels
+    monkeypatch.setattr(ex, "noisy_labels", lambda y, flipped, gen: seen.append((y.clone(), flipped.clone())) or real(y, flipped, gen))
+    cfg = ex.Config(n_train=64, n_val=16, n_test=16, steps=2, tune_steps=1, batch_size=32, channels=(2, 2), hidden=4)
     data = {"x_train": torch.zeros(64, 28, 28, dtype=torch.uint8), "ya_train": torch.zeros(64, dtype=torch.long),
             "yb_train": torch.zeros(64, dtype=torch.long)}
-    ex.fit_model(cfg, data, "dwa_clean", 0, 1e-3, 1, None)
-    assert seen == []
-    ex.fit_model(cfg, data, "dwa", 2, 1e-3, 1, None)
-    assert seen == [cfg.noise_seed + 2]
+    ex.fit_model(cfg, data, "dwa", 0, 1e-3, 2, None, clean=True)
+    assert len(seen) == 2 and not any(bool(f.any()) for _, f in seen)
+    seen.clear()
+    ex.fit_model(cfg, data, "dwa", 2, 1e-3, 2, None)
+    assert len(seen) == 2 and all(int(f.sum()) > 0 for _, f in seen)
+    with pytest.raises(ValueError, match="unknown variant"):
+        ex.fit_model(cfg, data, ex.CLEAN, 0, 1e-3, 1, None)
     assert isinstance(mtl.make_combiner("dwa", period=cfg.epoch_steps), mtl.DWACombiner)

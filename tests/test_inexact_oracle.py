@@ -1,5 +1,6 @@
 """inexact_oracle: the transfer's answers are exact information of one convex minorant of f (brute-force checks of
-the interpolation conditions), the exact-oracle solvers converge, the slope fit, and the spec/Config."""
+the interpolation conditions), the adversarial oracle stays within delta and hurts where it should, the exact-oracle
+solvers converge, the slope fit, and the spec/Config."""
 from __future__ import annotations
 
 import math
@@ -88,12 +89,53 @@ def test_slope_fit_and_guarantee():
     assert io.guarantee(cfg, 0.1, 10) == pytest.approx(0.1 * (1 + 10 * 4))
 
 
+def test_adversarial_oracle_is_a_delta_oracle_and_hand_case():
+    cfg = io.Config(dim=3, pieces=8)
+    problem = io.make_problem(cfg, 0)
+    delta = 1e-3
+    adv = io.adversarial_oracle(problem, delta)
+    for x in np.random.default_rng(0).uniform(-1, 1, (200, 3)):
+        v, g = adv(x)
+        j = int(np.argmax(problem["a"] @ x + problem["b"]))
+        assert abs(v - io.value(problem, x)) == pytest.approx(delta)  # every value lie uses the full budget
+        assert np.linalg.norm(g - problem["a"][j]) == pytest.approx(delta)  # and so does every gradient tilt
+    # hand case f(x) = |x| on [-1, 1], x* = 0, delta = 0.1: at x = 0.5 the value is lowered (0.5 - 0.1) and the
+    # slope tilted towards x* (1 - 0.1); at x = 0.05 (f - f* < delta) the value is raised (0.15)
+    hand = {"a": np.array([[1.0], [-1.0]]), "b": np.zeros(2), "f_star": 0.0, "x_star": np.zeros(1)}
+    v, g = io.adversarial_oracle(hand, 0.1)(np.array([0.5]))
+    assert v == pytest.approx(0.4) and g == pytest.approx([0.9])
+    v, g = io.adversarial_oracle(hand, 0.1)(np.array([0.05]))
+    assert v == pytest.approx(0.15) and g == pytest.approx([0.9])
+
+
+def test_adversary_hurts_direct_use_and_the_transfer_keeps_its_bound():
+    """The mechanism the headline's gate reads: under the adversary the direct ellipsoid's error grows ~ delta (it
+    returns a point up to ~2 delta from optimal); with the transfer the error stays below the guarantee."""
+    cfg = io.Config(ellipsoid_queries=300, kelley_queries=20)
+    problem = io.make_problem(cfg, 0)
+    for delta in (1e-6, 1e-4):
+        direct = io.run_once(cfg, problem, "direct", "ellipsoid", delta, None)
+        assert 0.5 * delta < direct <= 2 * delta + 1e-12
+        for alg, T in (("ellipsoid", 300), ("kelley", 20)):
+            assert io.run_once(cfg, problem, "reduction", alg, delta, None) <= io.guarantee(cfg, delta, T)
+    # the v2 random oracle barely hurts direct use (the reason for the adversary)
+    rnd = io.Config(ellipsoid_queries=300, oracle="random")
+    adv = io.run_once(cfg, problem, "direct", "ellipsoid", 1e-6, None)
+    assert io.run_once(rnd, problem, "direct", "ellipsoid", 1e-6, np.random.default_rng(0)) < 0.1 * adv
+
+
 def test_config_and_spec_load():
     with pytest.raises(ConfigError, match="deltas"):
         io.Config(deltas=(1e-4, 1e-5))
-    cfg = io.SPEC.make_config({"deltas": [1e-6, 1e-5], "reps": 1, "ellipsoid_queries": 50, "kelley_queries": 5})
+    with pytest.raises(ConfigError, match="oracle"):
+        io.Config(oracle="noisy")
+    cfg = io.SPEC.make_config({"deltas": [1e-6, 1e-5], "ellipsoid_queries": 50, "kelley_queries": 5})
     rows = io.comparisons(cfg)
-    assert sum(r.role == "headline" for r in rows) == 1 and rows[0].kind == "matches" and rows[0].target == 1.0
+    heads = [r for r in rows if r.role == "headline"]
+    assert len(heads) == 1 and heads[0].metric == "over_guarantee_ellipsoid" and heads[0].refuted_if
+    assert heads[0].mechanism_gates[0].variant == "direct"
+    assert all(r.role == "fact" for r in rows if r.metric.startswith("slope_"))  # slope 1 is construction, not a claim
     out = io.evaluate(cfg, io.train(cfg, io.prepare(cfg, None), "reduction", 0, lambda step, **m: None), None)
-    assert {"slope_ellipsoid", "slope_kelley", "err_ellipsoid@1e-05", "floor_ratio_kelley"} <= set(out)
+    assert {"slope_ellipsoid", "slope_kelley", "err_ellipsoid@1e-05", "floor_ratio_kelley", "logerr_kelley",
+            "over_guarantee_kelley"} <= set(out)
     assert all(isinstance(v, float) for v in out.values())

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from paperflow.federated import local_gd
+from paperflow.federated import local_gd, local_gd_batched
 from paperflow.papers import local_steps_fl as P
 from paperflow.spec import ConfigError
 
@@ -116,5 +116,69 @@ def test_tiny_run_through_the_stages():
     views = {r["variant"]: r for r in P.derive(cfg, rows)}
     assert views["synthetic|local_gd"]["dense/acc"] == rows[0]["dense/acc__local_gd"]
     hits = torch.bincount(P.world(cfg, 0)["partners"], minlength=cfg.clients)  # data property shared by the views
-    assert views["synthetic|parallel_gd"]["dense/cancelled_feature"] == float(int(hits.max()) * cfg.alpha >= 1)
+    assert views["synthetic|parallel_gd"]["dense/cancelled_feature"] == float(int(hits.max()) * cfg.alpha ** cfg.power >= 1)
+    assert views["synthetic|local_gd"]["dense/cancel_margin"] == pytest.approx(int(hits.max()) * cfg.alpha ** cfg.power)
     assert "dense/grid_edge" in views["fashion|parallel_sgd"]
+
+
+def test_cancel_margin_is_hits_times_alpha_to_the_q():
+    cfg = P.Config(alpha=0.8, power=3)
+    partners = torch.tensor([1, 0, 1, 1])  # feature 1 in 3 clients' noise, feature 0 in 1, features 2 and 3 in none
+    torch.testing.assert_close(P.cancel_margin(cfg, partners), torch.tensor([0.512, 1.536, 0.0, 0.0], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("alpha,q", [(0.8, 3), (0.6, 3), (0.9, 2)])
+def test_global_update_drift_on_a_feature_is_one_minus_hits_alpha_q(alpha, q):
+    """The derivation behind cancel_margin, on a hand-built case (no Gaussian noise, tiny filters so that every
+    -l' = sigmoid(-y f) is 1/2): the averaged (global) gradient along v_1 of a +1 filter with gamma = <w, v_1>/|v_1| > 0
+    is (1 - hits_1 alpha^q) times client 1's own, where hits_1 = 2 (clients 0 and 2 carry -alpha y v_1 noise)."""
+    mu, eps, d = 4.0, 1e-3, 6
+    V = torch.eye(d)[:3] * mu
+    partners = [1, 0, 1]
+    y = torch.tensor([[1.0, -1.0]] * 3)
+    X = torch.zeros(3, 2, 2, d)
+    for k in range(3):
+        for i in range(2):
+            X[k, i, 0] = y[k, i] * V[k]
+            X[k, i, 1] = -alpha * y[k, i] * V[partners[k]]
+    W = torch.zeros(3, 2, 1, d)  # K copies, classes, m = 1 filter
+    W[:, 0, 0] = eps * V[1] / mu  # +1 filter along v_1, gamma = eps; the -1 filter is 0
+    W.requires_grad_(True)
+    g = torch.autograd.grad(P.client_losses(W, X, y, q).sum(), W)[0]  # (K, 2, 1, d): each client's own gradient
+    along = -g[:, 0, 0] @ (V[1] / mu)  # GD's change of gamma per client (descent direction)
+    assert float(along[1]) > 0 and float(along[0]) < 0 and float(along[2]) < 0
+    ratio = float(along.sum() / along[1])  # global update = mean over clients; relative to client 1's growth
+    margin = P.cancel_margin(P.Config(clients=3, alpha=alpha, power=q), torch.tensor(partners))[1]
+    assert ratio == pytest.approx(1 - float(margin), rel=1e-4)
+
+
+def test_noisiest_rel_corr_on_hand_built_filters_with_tied_noisiest_features():
+    cfg = P.Config(clients=4, dim=12, n_per_client=4, n_val_per_client=4, n_test_per_client=4, filters=4)
+    syn = P.synthetic_data(cfg, seed=0)
+    V, partners = syn["world"]["V"], syn["world"]["partners"]
+    c = torch.tensor([1.0, 0.5, 0.25, 0.8])  # feature k's correlation in both classes
+    unit = V / V.norm(dim=1, keepdim=True)
+    W = torch.stack([c[:, None] * unit, -c[:, None] * unit])  # (2, m=4, d): filter r along +-v_r
+    torch.testing.assert_close(P.feature_corr(W, V), c)
+    model = {"variant": "synthetic", "seed": 0, "models": {a: W for a in P.ALGS["synthetic"]},
+             "tuning": {a: {"tuned_lr": 0.1, "grid_edge": 0.0} for a in P.ALGS["synthetic"]}}
+    m = P.evaluate(cfg, model, None)
+    hits = torch.bincount(partners, minlength=4)
+    top = hits == hits.max()
+    assert m["noisiest_rel_corr__local_gd"] == pytest.approx(float(c[top].mean()) / 1.0)
+    assert m["min_rel_corr__parallel_gd"] == pytest.approx(0.25)
+
+
+def test_batched_local_gd_is_local_gd_per_run():
+    gen = torch.Generator().manual_seed(1)
+    K, n, d = 3, 5, 4
+    X, y = torch.randn(K, n, d, generator=gen), torch.randint(0, 2, (K, n), generator=gen).float() * 2 - 1
+    w0 = torch.randn(d, generator=gen)
+    runs = [(1, 0.1), (3, 0.3), (8, 0.2), (2, 1e6)]  # (interval, lr); the last diverges
+    loss = lambda W: F.softplus(-y * torch.einsum("ckd,knd->ckn", W, X)).pow(3).mean(-1)  # noqa: E731
+    Wb, diverged = local_gd_batched(w0.expand(len(runs), K, d), loss, steps=8, intervals=[i for i, _ in runs], lrs=[lr for _, lr in runs])
+    assert diverged.tolist() == [False, False, False, True] and torch.isnan(Wb[3]).all()
+    for c, (interval, lr) in enumerate(runs[:3]):
+        W = torch.nn.Parameter(w0.expand(K, d).clone())
+        local_gd([W], lambda s: F.softplus(-y * torch.einsum("kd,knd->kn", W, X)).pow(3).mean(1), steps=8, interval=interval, lr=lr)
+        torch.testing.assert_close(Wb[c], W.data[0], rtol=1e-5, atol=1e-6)

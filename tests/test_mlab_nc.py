@@ -40,6 +40,26 @@ def test_nc_metrics_zero_at_collapse():
     m = nc.nc_metrics(H, Y, 3.0 * M)  # self-dual classifier (any scale)
     for k in ("nc1", "nc2", "nc3", "tag_err"):
         assert m[k] == pytest.approx(0.0, abs=1e-6), k
+    # the shuffled-pair null: K = 4 has 6 pairs; rotated by 3, every pair meets its complement, whose ETF sum is the
+    # negative of its own (M_0 + M_1 = -(M_2 + M_3)): no positive scale fits, residual 1 for every pair
+    assert m["tag_err_null"] == pytest.approx(1.0)
+
+
+def test_tag_residual_by_hand():
+    u = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    assert nc.tag_residual(u, 2 * u) == pytest.approx(0.0)
+    assert nc.tag_residual(u, torch.tensor([1.0, 0.0], dtype=torch.float64)) == pytest.approx(0.8)  # sin = 4/5
+    assert nc.tag_residual(u, -u) == 1.0  # a negative scale is not a scaled average
+    assert nc.tag_residual(u, torch.tensor([-4.0, 3.0], dtype=torch.float64)) == pytest.approx(1.0)  # orthogonal
+
+
+def test_null_on_ten_classes_is_far_from_the_relation():
+    """K = 10 at exact collapse: a pair meets a disjoint pair (cos -1/4: residual 1) or one sharing a class
+    (cos 3/8: residual sqrt(1 - 9/64)); the null's mean lies between, far above any tolerance, the own pairs at 0."""
+    H, Y, M = _collapsed(K=10, d=12)
+    m = nc.nc_metrics(H, Y, M)
+    assert m["tag_err"] == pytest.approx(0.0, abs=1e-6)
+    assert (1 - 9 / 64) ** 0.5 - 1e-9 <= m["tag_err_null"] <= 1.0
 
 
 def test_nc_metrics_positive_when_perturbed():
@@ -105,6 +125,11 @@ def test_config_and_comparisons():
     rows = nc.comparisons(cfg)
     head = [r for r in rows if r.role == "headline"]
     assert len(head) == 1 and head[0].kind == "matches" and head[0].target == 0.0 and head[0].tolerance == cfg.tag_tolerance
+    assert head[0].baseline == "" and head[0].refuted_if
+    (mech,) = head[0].mechanism_gates
+    assert (mech.variant, mech.column, mech.above) == ("pal", "dense/tag_err_init", cfg.tag_tolerance)
+    assert any(g.column == "dense/tag_err_null" and g.above == cfg.tag_tolerance for g in head[0].gates)
+    assert any(r.baseline == "pal|null" and r.role == "control" for r in rows)
 
 
 def test_end_to_end_through_spec(tmp_path):
@@ -132,8 +157,17 @@ def test_end_to_end_through_spec(tmp_path):
             rows.append(row)
         assert rows[1]["dense/trainable_params"] < rows[0]["dense/trainable_params"]  # the trick trains fewer parameters
         assert math.isfinite(rows[0]["dense/tag_err"]) and math.isfinite(rows[0]["dense/tag_err_early"])
+        assert math.isfinite(rows[0]["dense/tag_err_init"]) and math.isfinite(rows[0]["dense/tag_err_null"])
+        # the init reading is the untrained network's: rebuild it with the same seed and measure
+        torch.manual_seed(0)
+        net0 = nc._build(cfg, "pal", data["x_train"][0].numel())
+        want = nc.nc_metrics(nc._features(net0, data["x_train"]), data["y_train"].float(), net0.W.detach())["tag_err"]
+        assert rows[0]["dense/tag_err_init"] == pytest.approx(want)
+        assert "compressed:0.50/tag_err_init" not in rows[0]
         out = spec.derive(cfg, rows)
         early = [r for r in out if r["variant"] == "pal|early"]
         assert len(early) == 1 and early[0]["dense/nc1"] == rows[0]["dense/nc1_early"]
+        null = [r for r in out if r["variant"] == "pal|null"]
+        assert len(null) == 1 and null[0]["dense/tag_err"] == rows[0]["dense/tag_err_null"]
     finally:
         torch.set_num_threads(n)

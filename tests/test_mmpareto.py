@@ -75,6 +75,43 @@ def test_combiner_splits_encoders_and_counts_conflicts():
     e2, _ = mp.integrate(G[0, 5:], G[2, 5:], p2, "mmpareto", 1.5)
     torch.testing.assert_close(out, torch.cat([e1, e2]))
     assert comb.conflicts[1] == 1 and comb.steps == 1
+    # the two-row layout (L_mm, L_1 + L_2) used in training gives the same update: g_1 + g_2 splits by encoder
+    comb2 = mp.MMParetoCombiner(p1, p2, "mmpareto", gamma=1.5)
+    torch.testing.assert_close(comb2(torch.stack([G[0], G[1] + G[2]]), torch.zeros(2)), out)
+    assert comb2.conflicts == comb.conflicts
+
+
+def test_uniform_gamma_is_mmpareto_without_its_pareto_step():
+    # agreeing gradients (cos > 0): MMPareto is exactly the uniform sum scaled by gamma, i.e. uniform_gamma
+    gm, gu = t(1.0, 0.0, 0.3), t(1.0, 1.0, -0.2)
+    assert float(gm @ gu) > 0
+    for sizes in ([3], [2, 1]):
+        mmp, _ = mp.integrate(gm, gu, sizes, "mmpareto", gamma=1.5)
+        ug, _ = mp.integrate(gm, gu, sizes, "sum_gamma", gamma=1.5)
+        torch.testing.assert_close(mmp, ug)
+        torch.testing.assert_close(ug, 1.5 * (gm + gu))
+    # gamma = 1: uniform_gamma is the plain uniform sum
+    torch.testing.assert_close(mp.integrate(gm, gu, [3], "sum_gamma", gamma=1.0)[0], mp.integrate(gm, gu, [3], "sum", 1.5)[0])
+    # conflicting gradients: uniform_gamma keeps the summed direction, MMPareto takes the MGDA one
+    gm, gu = t(1.0, 0.0), t(-2.0, 1.0)
+    ug, cos = mp.integrate(gm, gu, [2], "sum_gamma", gamma=1.5)
+    mmp, _ = mp.integrate(gm, gu, [2], "mmpareto", gamma=1.5)
+    torch.testing.assert_close(ug, t(-1.5, 1.5))
+    assert cos < 0 and float(ug @ gm) < 0  # the scaled sum increases L_mm to first order
+    assert float(mmp @ gm) > 0 and float(mmp @ gu) > 0  # the MGDA direction (0.1, 0.3) decreases both
+
+
+def test_conflict_fraction_counts_the_mgda_branch_steps():
+    """conflict_frac_m2 (the mechanism gate's metric) on a hand sequence: 2 of 4 steps conflict on encoder 2."""
+    comb = mp.MMParetoCombiner([2], [2], "mmpareto", gamma=1.5)
+    for sign in (1.0, -1.0, 1.0, -1.0):
+        G = torch.zeros(3, 4, dtype=D)
+        G[0] = t(1.0, 0.5, 1.0, 0.0)
+        G[1, :2] = t(1.0, 1.0)  # encoder 1 always agrees
+        G[2, 2:] = t(sign, 0.3)  # encoder 2: cos = sign / |(1, 0.3)|
+        comb(G, torch.zeros(3))
+    assert comb.steps == 4 and comb.conflicts == [0, 2]
+    assert comb.cos_sum[1] == pytest.approx(0.0)
 
 
 def test_views_are_fixed_per_seed_and_use_the_top_rows():
@@ -97,6 +134,10 @@ def test_config_and_comparisons():
     assert [r.role for r in rows].count("headline") == 1
     head = rows[0]
     assert (head.method, head.baseline, head.metric) == ("mmpareto", "uniform", "acc_mm")
+    (gate,) = head.mechanism_gates
+    assert (gate.variant, gate.metric, gate.above) == ("mmpareto", "conflict_frac_m2", 0.10) and head.refuted_if
+    ablation = [r for r in rows if r.baseline == "uniform_gamma"]
+    assert len(ablation) == 1 and ablation[0].role == "secondary" and ablation[0].mechanism_gates == (gate,)
 
 
 def _resources(tmp_path):
@@ -137,7 +178,8 @@ def test_end_to_end_through_spec(tmp_path, one_thread):
             w = comp["state"]["enc1.0.weight"]
             assert float((w == 0).float().mean()) >= float(level) - 0.05
             assert torch.equal(comp["state"]["head.weight"], model["state"]["head.weight"])
-            spec.evaluate(cfg, comp, data)
+            mc = spec.evaluate(cfg, comp, data)
+            assert "acc_mm" in mc and "probe_acc_m2" not in mc  # probes on dense models only
     assert any("train/grad_norm_shared" in m for m in logged)
     a = spec.train(cfg, data, "mmpareto", 1, None)["state"]
     b = spec.train(cfg, data, "mmpareto", 1, None)["state"]

@@ -55,9 +55,58 @@ def test_tiny_run_through_spec():
         model = spec.train(cfg, data, v, 0, lambda step, **m: None)
         out = spec.evaluate(cfg, model, data)
         assert 0 <= out["max_angle"] <= 90 and 0 <= out["probe_acc"] <= 1 and out["tuned_lr"] in cfg.lr_grid
+        assert out["lr_fallbacks"] >= 0 and out["w_shift"] > 0
         comp = spec.compress(cfg, model, data, v, 0)
         assert int((comp["0.80"]["W"] == 0).sum()) == int(0.8 * model["W"].numel())
         assert "max_angle" in spec.evaluate(cfg, comp["0.50"], data)
     assert [c.role for c in mf.comparisons(cfg)].count("headline") == 1
     with pytest.raises(ConfigError, match="r <"):
         mf.Config(r=12, d=12)
+
+
+def test_single_all_labels_depend_on_every_direction_of_the_subspace_only():
+    cfg = mf.Config(d=10, r=3, n_tasks=2, probe_tasks=2)
+    gt = mf.ground_truth(cfg, 1)
+    B = gt["B"].double()
+    x = torch.randn(20000, 10, dtype=torch.float64)
+    y = mf.radial_labels(x, B)
+    assert abs(float(y.mean())) < 0.03  # the chi^2_r median threshold balances the classes
+    noise = torch.randn(20000, 10, dtype=torch.float64)
+    torch.testing.assert_close(mf.radial_labels(x + noise - noise @ B @ B.T, B), y)  # blind to directions outside span(B)
+    # every direction of span(B) matters: moving x along any column of B by 3 flips some labels
+    for k in range(3):
+        assert float((mf.radial_labels(x + 3 * B[:, k], B) != y).double().mean()) > 0.1
+    assert mf.chi2_median(2) == pytest.approx(2 * math.log(2))  # chi^2_2 is exponential with mean 2
+
+
+def test_w_shift_angle_drop_and_reference_views():
+    cfg = mf.Config(d=6, r=2, width=3, n_tasks=2, probe_tasks=2, n_probe=4, n_probe_test=20)
+    gt = mf.ground_truth(cfg, 0)
+    W0 = torch.randn(3, 6)
+    W = W0 + 0.5 * W0  # moved by half its norm
+    out = mf.evaluate(cfg, {"W": W, "W0": W0, "seed": 0, "val_acc": 0.9}, None)
+    assert out["w_shift"] == pytest.approx(0.5, rel=1e-6)
+    assert out["angle_drop"] == pytest.approx(0.0, abs=1e-4) and out["max_angle"] == pytest.approx(out["max_angle_init"], abs=1e-4)
+    W = torch.cat([gt["B"].T * 2.0, torch.zeros(1, 6)])  # W spans exactly span(B)
+    out = mf.evaluate(cfg, {"W": W, "W0": W0, "seed": 0, "val_acc": 0.9}, None)
+    assert out["max_angle"] == pytest.approx(0.0, abs=1e-3) and out["energy_in_subspace"] == pytest.approx(1.0, abs=1e-6)
+    rows = [{"paper": "mtl_features", "variant": v, "seed": 0, "dense/max_angle": 5.0, "dense/max_angle_init": 88.0} for v in mf.VARIANTS]
+    views = {r["variant"]: r for r in mf.derive(cfg, rows)}
+    assert views["mtl|recovered"]["dense/max_angle"] == mf.RECOVERED_DEG
+    assert views["mtl|init"]["dense/max_angle"] == 88.0 and views["single_all|init"]["dense/max_angle"] == 88.0
+    assert views["mtl|init"]["paper"] == "mtl_features" and views["mtl|init"]["seed"] == 0
+
+
+def test_a_diverging_lr_scores_nan_and_is_never_chosen():
+    cfg = mf.Config(d=12, r=2, width=8, n_tasks=3, batch=32, tune_steps=20, n_val=50, lr_grid=(0.01, 0.1, 1e4))
+    _, score = mf._val_score(cfg, "single_all", 1e4)
+    assert math.isnan(score)
+    data = mf.prepare(cfg, None)
+    assert data["tuning"]["single_all"]["tuned_lr"] < 1e4
+
+
+def test_headline_reads_an_absolute_threshold_and_a_logged_mechanism():
+    cfg = mf.Config()
+    head = [c for c in mf.comparisons(cfg) if c.role == "headline"]
+    assert len(head) == 1 and head[0].baseline == "mtl|recovered" and head[0].refuted_if
+    assert [g.metric for g in head[0].mechanism_gates] == ["w_shift"]

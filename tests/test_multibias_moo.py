@@ -25,20 +25,66 @@ def test_groupdro_moves_weight_to_worst_group_on_simplex():
     assert float(new[1]) > 0.99 and float(new.sum()) == pytest.approx(1.0)
 
 
-def test_moo_weight_step_matches_closed_form_gradient():
+def test_moo_weight_step_matches_the_official_autograd_step():
+    """The official code differentiates F = softmax(alpha).L + lam ||G^T softmax(alpha)||^2 by autograd and takes an
+    SGD step on alpha, an ascent step on lambda; the closed form (Gram matrix) must give the same step."""
     gen = torch.Generator().manual_seed(0)
     alpha = torch.randn(4, generator=gen, dtype=torch.float64)
     L = torch.rand(4, generator=gen, dtype=torch.float64)
     G = torch.randn(4, 9, generator=gen, dtype=torch.float64)
     lam, lr = 0.7, 0.05
     new_alpha, new_lam = mb.moo_weight_step(alpha, lam, L, G, lr)
-    w = torch.softmax(alpha, 0)
-    d = w @ G
-    dF_dw = L + 2 * lam * (G @ d)  # d/dw [w.L + lam ||G^T w||^2]
-    dF_dalpha = w * (dF_dw - (w * dF_dw).sum())  # softmax Jacobian
-    torch.testing.assert_close(new_alpha, alpha - lr * dF_dalpha)
-    assert new_lam == pytest.approx(lam + lr * float(d @ d))  # ascent on the multiplier
+    a = alpha.clone().requires_grad_(True)
+    w = torch.softmax(a, 0)
+    norm2 = (w @ G).pow(2).sum()
+    (grad,) = torch.autograd.grad((w * L).sum() + lam * norm2, a)
+    torch.testing.assert_close(new_alpha, alpha - lr * grad)
+    assert new_lam == pytest.approx(lam + lr * float(norm2.detach()))  # ascent on the multiplier
     assert float(torch.softmax(new_alpha, 0).sum()) == pytest.approx(1.0)
+
+
+def test_per_type_gradients_in_one_pass_equal_separate_autograd():
+    torch.manual_seed(0)
+    net = mb.build_mlp(12, (7, 5)).double()
+    x = torch.rand(40, 12, dtype=torch.float64)
+    y = torch.randint(0, 10, (40,))
+    g = torch.randint(0, 3, (40,))  # type 3 ("cc") absent from the batch: zero loss, zero gradient
+    losses, G = mb.type_losses_and_grads(net, x, y, g)
+    ref = mb.type_losses(torch.nn.functional.cross_entropy(net(x), y, reduction="none"), y, g)
+    params = list(net.parameters())
+    rows = []
+    for t in range(4):
+        grads = torch.autograd.grad(ref[t], params, retain_graph=True, allow_unused=True)
+        rows.append(torch.cat([(d if d is not None else torch.zeros_like(p)).reshape(-1) for d, p in zip(grads, params)]))
+    torch.testing.assert_close(losses, ref.detach())
+    torch.testing.assert_close(G, torch.stack(rows), atol=1e-12, rtol=1e-9)
+    assert float(G[3].abs().max()) == 0.0 and float(losses[3]) == 0.0
+
+
+def test_with_gradient_writes_the_given_direction():
+    net = mb.build_mlp(3, (2,))
+    params = list(net.parameters())
+    direction = torch.arange(sum(p.numel() for p in params), dtype=torch.float32)
+    out = mb.with_gradient(torch.tensor(2.5), params, direction)
+    out.backward()
+    assert float(out.detach()) == 2.5
+    assert torch.equal(torch.cat([p.grad.reshape(-1) for p in params]), direction)
+
+
+def test_weight_tv_and_the_kept_checkpoint_average():
+    assert mb.weight_tv(torch.tensor([0.4, 0.2, 0.2, 0.2])) == pytest.approx(0.15)  # 1/2 (0.15 + 3 x 0.05)
+    assert mb.weight_tv(torch.full((4,), 0.25)) == 0.0
+    state = mb.MOOWeights(4, alpha_lr=0.0, alpha_step=1)
+    state.tv = [0.0, 0.1, 0.2, 0.3]
+    out = state.summary(kept_step=2)
+    assert out["moo_weight_tv"] == pytest.approx(0.05) and out["moo_weight_tv_all"] == pytest.approx(0.15)
+    assert out["moo_weight_tv_end"] == 0.0 and out["moo_w_gg"] == pytest.approx(0.25)
+
+
+def test_alpha_lr_zero_keeps_uniform_weights():
+    state = mb.MOOWeights(4, alpha_lr=0.0, alpha_step=1)
+    state.update(torch.tensor([0.1, 2.0, 0.5, 0.3]), torch.randn(4, 6))
+    torch.testing.assert_close(state.weights(), torch.full((4,), 0.25))
 
 
 def test_moo_weight_step_directions():
@@ -94,6 +140,10 @@ def test_config_and_comparisons():
     rows = mb.comparisons(cfg)
     assert sum(r.role == "headline" for r in rows) == 1 and rows[0].baseline == mb.BEST
     assert {g.variant for g in rows[0].gates} == {"erm", "moo", mb.BEST}
+    (moved,) = rows[0].mechanism_gates
+    assert (moved.variant, moved.metric, moved.above) == ("moo", "moo_weight_tv", mb.TV_MIN) and rows[0].refuted_if
+    ablation = [r for r in rows if r.baseline == mb.ABLATION]
+    assert len(ablation) == 1 and ablation[0].role == "secondary" and ablation[0].method == "moo"
 
 
 def test_best_baseline_uses_validation():
@@ -133,9 +183,30 @@ def test_end_to_end_through_spec(tmp_path):
             row.update({f"compressed:{lv}/{k}": x for k, x in spec.evaluate(cfg, comp, data).items()})
         rows.append(row)
     assert all(math.isfinite(r["dense/worst_acc"]) and r["dense/worst_acc"] <= r["dense/unbiased_acc"] + 1e-9 for r in rows)
-    assert "dense/moo_w_cc" in rows[0] and rows[0]["dense/moo_lambda"] >= 0
+    assert "dense/moo_w_cc" in rows[0] and rows[0]["dense/moo_lambda"] >= 0 and rows[0]["dense/moo_weight_tv"] >= 0
+    fixed = rows[spec.variants.index(mb.ABLATION)]
+    assert fixed["dense/moo_weight_tv_all"] == 0.0 and fixed["dense/moo_lambda"] == 0.0
+    assert data["tuning"][mb.ABLATION] == data["tuning"][mb.METHOD]  # the ablation takes MOO's tuned lr
     out = spec.derive(cfg, rows)
     assert sum(r["variant"] == mb.BEST for r in out) == 1
     a = spec.train(cfg, data, "moo", 1, lambda step, **m: None)
     b = spec.train(cfg, data, "moo", 1, lambda step, **m: None)
     assert all(torch.equal(a["state"][k], b["state"][k]) for k in a["state"])
+
+
+def test_the_ablation_is_the_method_in_the_limit_of_no_weight_learning(tmp_path):
+    """MOO with a vanishing alpha_lr trains the same model as moo_fixed (alpha_lr = 0): the one-pass per-type
+    gradients and the given-gradient model step reproduce the plain backward of the uniformly weighted loss."""
+    gen = torch.Generator().manual_seed(0)
+    n = 300
+    data = {"x_train": torch.randint(0, 255, (n, 3, 4, 4), dtype=torch.uint8), "y_train": torch.randint(0, 10, (n,), generator=gen),
+            "group_type_train": torch.randint(0, 4, (n,), generator=gen), "color_train": torch.randint(0, 10, (n,), generator=gen)}
+    data["class_group_train"] = 4 * data["y_train"] + data["group_type_train"]
+    for k in ("x", "y", "group_type"):
+        data[f"{k}_val"] = data[f"{k}_train"][:50]
+    cfg = mb.Config(hidden=(8,), batch_size=32, alpha_lr=1e-12, eval_every=5, tune_steps=1)
+    a = mb.fit_model(cfg, data, "moo", 0, 1e-2, 10, None)
+    b = mb.fit_model(cfg, data, "moo_fixed", 0, 1e-2, 10, None)
+    for k in a["state"]:
+        torch.testing.assert_close(a["state"][k], b["state"][k], atol=1e-5, rtol=1e-4)
+    assert a["final"]["moo_weight_tv_all"] < 1e-9 and a["final"]["moo_lambda"] > 0

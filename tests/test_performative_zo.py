@@ -1,7 +1,8 @@
 """performative_zo (ICML 2024, Chen et al.): ZO estimators unbiased on quadratics, the strategic response and the
 exact PR gradient against closed forms / finite differences, RRM's fixed point on a linear-Gaussian location family,
-stable point = optimum when the bias absorbs the shift, the regret-exponent fit on sqrt(N), the Newton logistic fit
-against scikit-learn, and a tiny prepare -> train -> compress -> evaluate -> derive."""
+stable point = optimum when the bias absorbs a uniform shift and a measured gap when the classes respond differently,
+the regret- and excess-exponent fits on power laws (a linear regret with an intercept has excess exponent 0), the
+Newton logistic fit against scikit-learn, and a tiny prepare -> train -> compress -> evaluate -> derive."""
 from __future__ import annotations
 
 import math
@@ -56,11 +57,11 @@ def test_strategic_response_closed_form():
     assert np.array_equal(X, np.arange(12.0).reshape(3, 4))  # input untouched
 
 
-def _small_env(eps=0.7, lam=0.05, seed=0):
+def _small_env(eps=0.7, lam=0.05, seed=0, eps_pos=None):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((80, 5))
     y = np.where(X[:, 0] + 0.5 * X[:, 1] + 0.3 * rng.standard_normal(80) > 0, 1.0, -1.0)
-    return P.Env(X, y, eps, lam, (0, 2))
+    return P.Env(X, y, eps, lam, (0, 2), eps_pos=eps_pos)
 
 
 def test_population_pr_and_its_gradient():
@@ -186,5 +187,65 @@ def test_exact_inverse_map_induces_the_target_parameter():
     env = _small_env(eps=0.8)
     phi = np.array([0.3, -0.2])
     th = np.zeros(env.d)
-    th[env.S] = (env.X[:, env.S].mean(0) - phi) / env.eps
+    th[env.S] = (env.X[:, env.S].mean(0) - phi) / env.eps_bar
     assert np.allclose(env.respond(th)[:, env.S].mean(0), phi, atol=1e-12)
+    env = _small_env(eps=0.8, eps_pos=0.1)  # class-dependent: the slope is the mean response strength
+    assert env.eps_bar == pytest.approx(np.mean(np.where(env.y > 0, 0.1, 0.8)))
+    th[env.S] = (env.X[:, env.S].mean(0) - phi) / env.eps_bar
+    assert np.allclose(env.respond(th)[:, env.S].mean(0), phi, atol=1e-12)
+
+
+def test_class_dependent_response_pr_gradient_and_bandit_loss():
+    env = _small_env(eps=0.9, eps_pos=0.2)
+    th = np.array([0.4, -0.3, 0.2, 0.1, -0.5, 0.05])
+    e = np.where(env.y > 0, 0.2, 0.9)
+    Xs = env.X.copy()
+    Xs[:, [0, 2]] -= e[:, None] * th[[0, 2]]
+    assert np.allclose(env.respond(th), Xs)
+    assert env.pr(th) == pytest.approx(P.sample_loss(th, Xs, env.y, env.lam), rel=1e-12)
+    idx = np.array([3, 3, 7, 40])
+    assert env.loss(th, idx) == pytest.approx(P.sample_loss(th, Xs[idx], env.y[idx], env.lam), rel=1e-12)
+    _, g = env.pr_grad(th)
+    fd = np.array([(env.pr(th + 1e-6 * u) - env.pr(th - 1e-6 * u)) / 2e-6 for u in np.eye(6)])
+    assert np.allclose(g, fd, atol=1e-7)
+    dep = P.Deployer(env, 0.0, 100, np.random.default_rng(0))
+    assert dep.loss(th, idx) == pytest.approx(env.loss(th, idx)) and dep.used == 4  # bandit feedback is charged
+
+
+def test_class_dependent_response_opens_a_gap_that_only_the_difference_sets():
+    # the bias absorbs the part of the shift common to every agent: only eps - eps_pos matters; with it non-zero,
+    # RRM's fixed point (a stable point) is no longer the optimum
+    th0 = P.logistic_fit(_small_env().X, _small_env().y, 0.05)
+    refs = []
+    for eps, eps_pos in ((0.7, 0.0), (1.2, 0.5)):
+        env = _small_env(eps=eps, eps_pos=eps_pos)
+        ps, pr_ps, conv = P.stable_point(env, th0)
+        _, pr_po = P.performative_optimum(env, [th0, np.zeros(env.d), ps])
+        assert conv and np.allclose(P.logistic_fit(env.respond(ps), env.y, env.lam, ps), ps, atol=1e-7)
+        refs.append((pr_ps, pr_po))
+    # (to 1e-5: logistic_fit keeps a 1e-6 ridge on the bias, which the shifted bias feels)
+    assert refs[0][0] == pytest.approx(refs[1][0], abs=1e-5) and refs[0][1] == pytest.approx(refs[1][1], abs=1e-5)
+    assert refs[0][0] - refs[0][1] > 1e-3  # PR(stable) - PR* > 0
+
+
+def test_excess_exponent_is_the_rate_of_the_per_sample_excess():
+    n = np.linspace(50.0, 1e5, 2000)
+    for gamma in (0.5, 5 / 6, 1.0):  # R = a + b N^gamma: excess b gamma N^(gamma - 1), exactly on log-spaced windows
+        assert P.excess_exponent(n, 7.0 + 3.0 * n ** gamma, 1e4, 1e5, 12) == pytest.approx(gamma - 1, abs=1e-3)
+    # v2's test passed a linear regret with an intercept (slope of log R below 1); the excess exponent says 0
+    assert P.regret_exponent(n, 400.0 + 0.05 * n, 1e4, 1e5, 12) < 0.9
+    assert P.excess_exponent(n, 400.0 + 0.05 * n, 1e4, 1e5, 12) == pytest.approx(0.0, abs=1e-9)
+    # a curve whose first point comes after the window starts (RRM's large deployments) starts from the origin
+    big = np.array([32000.0, 64000.0, 96000.0, 128000.0, 150000.0])
+    assert P.excess_exponent(big, 0.01 * big, 15000.0, 150000.0, 12) == pytest.approx(0.0, abs=1e-9)
+    assert math.isnan(P.excess_exponent(n, np.full_like(n, 5.0), 1e4, 1e5, 12))  # no excess in a window
+
+
+def test_headlines_carry_the_measured_gap_as_mechanism_and_say_what_refutes_them():
+    cfg = P.Config()
+    heads = [c for c in P.comparisons(cfg) if c.role == "headline"]
+    assert len(heads) == get_paper("performative_zo").headlines == 2
+    for c in heads:
+        assert c.refuted_if and [g.metric for g in c.mechanism_gates] == ["ps_gap"]
+    assert heads[1].metric == "excess_exp" and heads[1].baseline == "run|flat"
+    assert get_paper("performative_zo").fidelity == "reconstruction"

@@ -1,12 +1,14 @@
 """private_density: the trigonometric basis is orthonormal (numerical integration), the projection estimator's MISE
 against its closed form (Monte Carlo, private and not), the Laplace sensitivity on a hand case, the sampler, the
-Lepskii rule on hand cases, and the spec/Config."""
+Lepskii rule on hand cases, the headline's excess slope (a log-ratio fit), the mechanism metrics against the
+non-private variant run on the same draws, and the spec/Config (contract v3)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from paperflow.papers import private_density as pd
+from paperflow.contract import contract_problems
 from paperflow.spec import ConfigError
 
 
@@ -94,12 +96,43 @@ def test_config_and_spec_load():
     cfg = pd.SPEC.make_config({"ns": [200, 400], "cutoffs": [1, 2, 4], "fixed_cutoff": 2, "reps": 1, "k_true": 16,
                                "grid": 2048})
     rows = pd.comparisons(cfg)
-    assert sum(r.role == "headline" for r in rows) == 1 and rows[0].kind == "matches"
+    head = rows[0]
+    assert sum(r.role == "headline" for r in rows) == 1 and head.role == "headline"
+    assert (head.metric, head.kind, head.better, head.baseline) == ("excess_slope", "better", "lower", "private|bound")
+    assert head.refuted_if and {g.metric for g in head.mechanism_gates} == {"privacy_ratio", "chosen_spread"}
+    assert contract_problems(pd.SPEC, cfg) == [] and contract_problems(pd.SPEC, pd.SPEC.make_config({})) == []
+    assert any(r.baseline == "private|naive" and r.role == "secondary" for r in rows)
     metrics = {}
     for v in pd.VARIANTS:
         m = pd.evaluate(cfg, pd.train(cfg, pd.prepare(cfg, None), v, 0, lambda step, **k: None), None)
         metrics[v] = {"paper": "private_density", "variant": v, "seed": 0, **{f"dense/{k}": x for k, x in m.items()}}
     assert "dense/rate_fixed" in metrics["private"] and "dense/rate_fixed" not in metrics["nonprivate"]
     views = {r["variant"]: r for r in pd.derive(cfg, list(metrics.values()))}
+    assert views["private|bound"]["dense/excess_slope"] == cfg.tolerance
     for r in rows:
         assert r.column in views[r.method] and r.column in views[r.baseline], r.text
+
+
+def test_excess_slope_is_the_log_ratio_slope():
+    """MISE_lepskii = 3 n^-0.5 and MISE_oracle = n^-0.6: the ratio grows like n^0.1, so excess_slope = 0.1 = -rate_gap."""
+    ns = np.array([1000, 3000, 10000, 30000])
+    lep, orc = 3 * ns ** -0.5, ns ** -0.6
+    gap = pd.fit_rate(ns, lep) - pd.fit_rate(ns, orc)
+    assert -gap == pytest.approx(0.1) and pd.fit_rate(ns, orc / lep) == pytest.approx(0.1)  # fit_rate = -slope
+
+
+def test_mechanism_metrics_against_the_nonprivate_variant():
+    """The private job's non-private Lepskii runs on the same draws as the nonprivate variant, so privacy_ratio@n is
+    exactly the ratio of the two variants' Lepskii MISE; chosen_spread and cutoff_shrink follow their definitions."""
+    cfg = pd.SPEC.make_config({"ns": [300, 1200, 4800], "cutoffs": [1, 2, 4, 8], "fixed_cutoff": 2, "reps": 3,
+                               "k_true": 32, "grid": 4096})
+    priv = pd.train(cfg, None, "private", 4, lambda step, **k: None)["metrics"]
+    nonp = pd.train(cfg, None, "nonprivate", 4, lambda step, **k: None)["metrics"]
+    for n in cfg.ns:
+        assert priv[f"privacy_ratio@{n}"] == pytest.approx(priv[f"mise_lepskii@{n}"] / nonp[f"mise_lepskii@{n}"], rel=1e-12)
+        assert priv[f"cutoff_shrink@{n}"] == pytest.approx(np.log2(nonp[f"chosen_N@{n}"] / priv[f"chosen_N@{n}"]))
+    logs = [np.log(priv[f"privacy_ratio@{n}"]) for n in cfg.ns]
+    assert priv["privacy_ratio"] == pytest.approx(np.exp(np.mean(logs)))
+    assert priv["chosen_spread"] == pytest.approx(np.log2(priv["chosen_N@4800"] / priv["chosen_N@300"]))
+    assert priv["excess_slope"] == pytest.approx(-priv["rate_gap"]) and "privacy_ratio" not in nonp
+    assert priv["mise_naive@300"] > 0 and np.isfinite(priv["rate_naive"])

@@ -420,3 +420,44 @@ def feature_heterogeneity_split(labels: torch.Tensor, groups: torch.Tensor, num_
         out.append(torch.cat(idx))
     assert all(o.numel() == size for o in out)
     return out
+
+
+def local_gd_batched(W0: torch.Tensor, client_losses: Callable[[torch.Tensor], torch.Tensor], *, steps: int,
+                     intervals: Sequence[int], lrs: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Many independent full-batch Local GD runs at once (added for local_steps_fl's equal-budget lr grids).
+
+    W0 (C, K, ...): C runs, each with K client copies (all equal at the start); client_losses(W) returns the
+    (C, K) losses, copy (c, k) depending only on W[c, k] and client k's data. Run c takes `steps` plain GD steps
+    W[c] -= lrs[c] * grad and averages its K copies every intervals[c] steps and after the last step, i.e. run c is
+    exactly `local_gd` with interval intervals[c] and lr lrs[c] (1: parallel GD; >= steps: one-shot averaging).
+    A run whose loss turns non-finite stops there (marked diverged, its weights set to nan); the others go on.
+    Returns (final global weights (C, ...), diverged (C,) bool)."""
+    C, K = int(W0.shape[0]), int(W0.shape[1])
+    if len(intervals) != C or len(lrs) != C or steps < 1 or min(intervals) < 1:
+        raise ValueError(f"local_gd_batched: need {C} intervals >= 1 and {C} lrs and steps >= 1")
+    shape = (C,) + (1,) * (W0.dim() - 1)
+    lr = torch.as_tensor(list(lrs), dtype=W0.dtype).view(shape)
+    W = W0.detach().clone()
+    alive = torch.ones(C, dtype=torch.bool)
+    for step in range(steps):
+        due = [c for c in range(C) if step > 0 and step % intervals[c] == 0]
+        if due:
+            W[due] = W[due].mean(1, keepdim=True).expand(len(due), *W.shape[1:]).clone()
+        Wg = W.requires_grad_(True)
+        losses = client_losses(Wg)
+        bad = ~torch.isfinite(losses).all(1)
+        (grad,) = torch.autograd.grad(losses[~bad].sum() if bool(bad.any()) else losses.sum(), Wg)
+        with torch.no_grad():
+            alive &= ~bad
+            W = (Wg - torch.where(alive.view(shape), lr, torch.zeros_like(lr)) * torch.nan_to_num(grad)).detach()
+    W = W.mean(1)
+    W[~alive] = float("nan")
+    return W, ~alive
+
+
+def selection_tv(counts: Sequence[float]) -> float:
+    """Total-variation distance between a run's client-selection frequencies and uniform, 0.5 sum_i |c_i/C - 1/N|
+    (added for FedRank's mechanism gate): 0 when every client is picked equally often; a fixed set of K of the N
+    clients picked every round gives 1 - K/N."""
+    c = np.asarray(counts, dtype=np.float64)
+    return float(0.5 * np.abs(c / c.sum() - 1.0 / len(c)).sum())

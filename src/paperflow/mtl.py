@@ -513,15 +513,17 @@ class CAGradCombiner:
     w = cagrad_weights, c = alpha ||g0||; scale = K (official overwrite_grad "to match the sum loss") or 1.
     g0 + c g_w/||g_w|| maximises min_k g_k^T d over the ball ||d - g0|| <= c ||g0|| (CAGrad's primal)."""
 
-    def __init__(self, alpha: float, scale_by_k: bool, max_norm: float):
+    def __init__(self, alpha: float, scale_by_k: bool, max_norm: float,
+                 solver: Callable[[np.ndarray, float], np.ndarray] | None = None):
         if alpha < 0:
             raise ValueError(f"cagrad alpha must be >= 0, got {alpha}")
         self.alpha, self.scale_by_k, self.max_norm = alpha, scale_by_k, max_norm
+        self.solver = solver or cagrad_weights  # solver(A, alpha) -> w: another exact solver of the same dual
         self.last_weights: np.ndarray | None = None
 
     def __call__(self, G: torch.Tensor, losses: torch.Tensor) -> torch.Tensor:
         A = gram(G)
-        w = cagrad_weights(A, self.alpha)
+        w = self.solver(A, self.alpha)
         self.last_weights = w
         K = G.shape[0]
         c = self.alpha * float(np.sqrt(A.mean() + 1e-8)) + 1e-8
@@ -533,8 +535,9 @@ class CAGradCombiner:
         return clip_direction(direction, self.max_norm)
 
 
-def make_cagrad(alpha: float = 0.5, scale_by_k: bool = True, max_norm: float = 0.0) -> Combiner:
-    return CAGradCombiner(alpha=alpha, scale_by_k=scale_by_k, max_norm=max_norm)
+def make_cagrad(alpha: float = 0.5, scale_by_k: bool = True, max_norm: float = 0.0,
+                solver: Callable[[np.ndarray, float], np.ndarray] | None = None) -> Combiner:
+    return CAGradCombiner(alpha=alpha, scale_by_k=scale_by_k, max_norm=max_norm, solver=solver)
 
 
 COMBINERS["cagrad"] = make_cagrad

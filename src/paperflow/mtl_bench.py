@@ -63,16 +63,19 @@ def _images(x: torch.Tensor) -> torch.Tensor:
 
 
 class MultiLeNet(nn.Module):
-    """Shared trunk conv(5)-pool-relu-conv(5)-pool-relu-fc-relu, one linear head per task."""
+    """Shared trunk conv(5)-pool-relu-conv(5)-pool-relu-fc-relu, one linear head per task. activation="elu" makes
+    the representation's activation (after fc) an ELU, as BayesAgg-MTL's official models (bayesagg_mtl)."""
 
-    def __init__(self, channels=(10, 20), hidden: int = 50, image_size: int = 28, n_tasks: int = 2):
+    def __init__(self, channels=(10, 20), hidden: int = 50, image_size: int = 28, n_tasks: int = 2, activation: str = "relu"):
         super().__init__()
+        if activation not in ("relu", "elu"):
+            raise ValueError(f"MultiLeNet: activation must be relu or elu, got {activation!r}")
         c1, c2 = channels
         side = ((image_size - 4) // 2 - 4) // 2  # after two (conv5, pool2)
         self.trunk = nn.Sequential(OrderedDict(
             conv1=nn.Conv2d(1, c1, 5), pool1=nn.MaxPool2d(2), act1=nn.ReLU(),
             conv2=nn.Conv2d(c1, c2, 5), pool2=nn.MaxPool2d(2), act2=nn.ReLU(),
-            flat=nn.Flatten(), fc=nn.Linear(c2 * side * side, hidden), act3=nn.ReLU(),
+            flat=nn.Flatten(), fc=nn.Linear(c2 * side * side, hidden), act3=nn.ELU() if activation == "elu" else nn.ReLU(),
         ))
         self.heads = nn.ModuleList(nn.Linear(hidden, N_CLASSES) for _ in range(n_tasks))
 
@@ -82,7 +85,7 @@ class MultiLeNet(nn.Module):
 
 
 def build_model(arch: dict) -> MultiLeNet:
-    return MultiLeNet(tuple(arch["channels"]), arch["hidden"], arch["image_size"], len(TASKS))
+    return MultiLeNet(tuple(arch["channels"]), arch["hidden"], arch["image_size"], len(TASKS), arch.get("activation", "relu"))
 
 
 @torch.no_grad()

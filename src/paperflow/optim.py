@@ -7,7 +7,9 @@ ExpSGDM   SGD with momentum whose every update is scaled by one Exp(1) draw (Zha
               Delta_{n+1} = momentum * Delta_n - lr * g_n   (optionally clipped to ||Delta|| <= D, the theory's ball),
           i.e. torch.optim.SGD(momentum, dampening=0) with the step multiplied by s_n: the gradient is taken at the
           randomly scaled iterate itself, and one scalar s_n scales the whole update (all parameter groups).
-          `scale=1.0` (a fixed number instead of "exp") is plain SGDM, bit for bit.
+          `scale=1.0` (a fixed number instead of "exp") is plain SGDM, bit for bit. `scale="uniform"` draws s_n ~ U[0, 2]
+          (mean 1 like Exp(1), variance 1/3 instead of 1): the alternative law in the authors' own O2NC code
+          (`uniform_scaling`), used as the ablation that keeps a random mean-1 step but drops the exponential law.
 PaperAdam Adam in the notation of Cattaneo, Klusowski & Shigida ("On the Implicit Bias of Adam", ICML 2024) and of
           their official code (optimizers.MyAdam): step h, betas (beta, rho), bias-corrected moments and the
           epsilon INSIDE the square root, theta <- theta - h * m_hat / sqrt(nu_hat + eps). `eps_inside=False`
@@ -24,8 +26,9 @@ import torch
 class ExpSGDM(torch.optim.Optimizer):
     """SGDM with exponentially distributed random scaling of every update (see the module docstring).
 
-    scale: "exp" (a fresh Exp(1) draw per step, from `generator` or a generator seeded with `seed`) or a fixed
-    positive number (1.0 = torch.optim.SGD with the same momentum, dampening and weight decay).
+    scale: "exp" (a fresh Exp(1) draw per step, from `generator` or a generator seeded with `seed`), "uniform" (a fresh
+    U[0, 2] draw per step, same generator) or a fixed positive number (1.0 = torch.optim.SGD with the same momentum,
+    dampening and weight decay).
     max_delta_norm: the radius D of the theory's clipped update ||Delta|| <= D (None: no clipping, as in practice).
     The scalar used by the last step is kept in `last_scale`.
     """
@@ -39,8 +42,8 @@ class ExpSGDM(torch.optim.Optimizer):
             raise ValueError(f"ExpSGDM: momentum must be in [0, 1), got {momentum}")
         if weight_decay < 0:
             raise ValueError(f"ExpSGDM: weight_decay must be >= 0, got {weight_decay}")
-        if scale != "exp" and not (isinstance(scale, (int, float)) and scale > 0):
-            raise ValueError(f"ExpSGDM: scale must be 'exp' or a positive number, got {scale!r}")
+        if scale not in ("exp", "uniform") and not (isinstance(scale, (int, float)) and scale > 0):
+            raise ValueError(f"ExpSGDM: scale must be 'exp', 'uniform' or a positive number, got {scale!r}")
         if max_delta_norm is not None and max_delta_norm <= 0:
             raise ValueError(f"ExpSGDM: max_delta_norm must be > 0 or None, got {max_delta_norm}")
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay))
@@ -50,10 +53,13 @@ class ExpSGDM(torch.optim.Optimizer):
         self.last_scale = float("nan")
 
     def draw(self) -> float:
-        """s_n: an Exp(1) draw (inverse CDF of one uniform from the optimizer's generator) or the fixed scale."""
-        if self.scale != "exp":
+        """s_n: an Exp(1) draw (inverse CDF of one uniform from the optimizer's generator), a U[0, 2] draw (twice that
+        uniform), or the fixed scale."""
+        if self.scale not in ("exp", "uniform"):
             return float(self.scale)
         u = float(torch.rand((), generator=self.generator, dtype=torch.float64))
+        if self.scale == "uniform":
+            return 2.0 * u
         return -math.log1p(-u)  # u in [0, 1): finite
 
     @torch.no_grad()

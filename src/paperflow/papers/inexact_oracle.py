@@ -2,14 +2,15 @@
 First-order Oracles" (Kerger, Molinaro, Jiang, Basu), ICML 2024. No official code.
 
 Setting (the paper's, Sec. 1): min {f(x) : x in X}, f convex and M-Lipschitz, X known; a delta-inexact oracle
-returns (f~(x), g~(x)) with |f~(x) - f(x)| <= delta and ||g~(x) - g|| <= delta for some g in df(x). An algorithm A
-written for EXACT oracles is run unchanged; the transfer answers its queries with exact first-order information
-of a modified convex instance h that is close to f, so A's guarantee on h carries over to f.
+returns (f~(x), g~(x)) with |f~(x) - f(x)| <= delta and ||g~(x) - g|| <= delta for some g in df(x) (any such answers:
+the guarantee must hold for every oracle within delta, an adversary's included). An algorithm A written for EXACT
+oracles is run unchanged; the transfer answers its queries with exact first-order information of a modified convex
+instance h that is close to f, so A's guarantee on h carries over to f.
 
-The transfer as built here (fidelity "reconstruction": only the abstract and summaries of the paper could be read
-here, so the construction below is ours, written to the abstract's contract; the docstring's proof is what the
-unit tests check). With D = diam(X) and K = delta (2 + D), the t-th query x_t gets the inexact (f~_t, g~_t) and
-adds the affine piece
+The transfer as built here (fidelity "reconstruction": only the abstract and the introduction of the paper could be
+read here (search corpus `pages`, ar5iv 2406.00576; no passage past Sec. 1 was retrievable), so the construction below
+is ours, written to the abstract's contract; the docstring's proof is what the unit tests check). With D = diam(X)
+and K = delta (2 + D), the t-th query x_t gets the inexact (f~_t, g~_t) and adds the affine piece
     p_t(y) = f~_t - t K + g~_t . (y - x_t);
 the answer is the exact first-order information of h_t = max_{i <= t} p_i at x_t (value h_t(x_t), gradient of
 its maximising piece). Consistency: for i < t, p_t(x_i) <= f(x_i) + delta (1 + D) - t K <= f~_i + delta (2 + D)
@@ -18,8 +19,27 @@ is exact information of h_T. Each piece is a global minorant of f on X
 (p_t <= f + delta (1 + D) - t K <= f), and h = max(h_T, f - C) with C > delta + T K is a convex
 (M + delta)-Lipschitz instance consistent with every answer and f - C <= h <= f. So if A returns an
 eps-minimiser of every instance consistent with what it saw, f(x_hat) - f* <= eps + C: the error guarantee is
-eps + delta (1 + T (2 + D)) = eps + O(T delta), linear in delta at a fixed query budget T (the "O(delta)" of the
-catalog's claim).
+eps + delta (1 + T (2 + D)) = eps + O(T delta). Because the pieces are shifted by t K, the reduction's error is
+proportional to delta BY CONSTRUCTION (slope 1 in delta is a verification, reported as a fact, not a claim).
+
+The oracle (contract v3, issue 24): ADVERSARIAL within delta, per the definition above (the guarantee is a
+worst case; with random errors, feeding the inexact answers directly to a cutting-plane method is near-exact: seed 0
+of the v2 runs, 1e-14 direct vs 4e-6 with the transfer at delta 1e-7). It knows f, f* and x* and at a query x
+  - value: f~ = f(x) + delta when f(x) - f* < delta (near-optimal points look worse), else f(x) - delta (the others
+    look better), so the "best answered value" that both solvers return picks a point up to ~2 delta from optimal;
+  - gradient: g~ = g + delta (x* - x)/||x* - x||, the error within delta that raises each cut the most at x*
+    (maximises g~ . (x* - x)), pushing cutting planes towards cutting off the optimum.
+cfg.oracle = "random" restores the v2 oracle (f~ = f + delta u, u ~ U[-1, 1]; g~ = g + delta w, w uniform on the
+sphere), for comparison; it is not the default.
+
+Claims (contract v3): the HEADLINE is the paper's bound under the adversarial oracle: with the transfer, the
+ellipsoid method's error / (delta (1 + T (2 + D))) stays below 1 at every delta (refuted when the measured ratio's
+interval over seeds lies above 1). Mechanism gate: the adversary actually hurts the direct use of its answers
+(the direct ellipsoid's error grows with delta: fitted log-log slope above cfg.direct_slope_min, measured in the
+runs), else the bound is tested against a harmless oracle and the row is `not testable`. Secondary: the same bound
+for Kelley's method; the transfer against direct use of the inexact oracle (mean log10 error over the sweep; the
+transfer's guarantee is O(T delta) while a cutting-plane method fed inexact answers directly loses only O(delta D)
+on a convex f, so this may well go against the transfer). Facts: the fitted slopes (1 by construction).
 
 Algorithms A (both exact-oracle methods, run unchanged): the central-cut ellipsoid method (a cutting-plane
 method; box feasibility cuts cost no oracle call; returns the queried point with the best answered value) and
@@ -27,12 +47,11 @@ Kelley's cutting-plane method (x_{t+1} = argmin over X of the cutting-plane mode
   - "reduction": A behind the transfer above;
   - "direct": the same A fed the inexact (f~, g~) as they come (the catalog's baseline).
 Problems (generated; what a seed varies): f(x) = max_j (a_j . x + b_j), m pieces, a_j ~ N(0, I), b_j ~ N(0, 1/4)
-on X = [-r, r]^d; f* from an LP (scipy HiGHS) evaluated at its solution. Oracle noise: f~ = f + delta u,
-u ~ U[-1, 1]; g~ = g + delta w, w uniform on the unit sphere. Sweep inside one job: every delta of cfg.deltas,
-cfg.reps noise draws each (errors averaged), plus delta = 0 (the exact-oracle floor). Fitted quantity: the slope
-of log(mean error) on log(delta) per seed (1 = linear growth).
+on X = [-r, r]^d; f* and x* from an LP (scipy HiGHS), f* evaluated at its solution. Sweep inside one job: every
+delta of cfg.deltas plus delta = 0 (the exact-oracle floor); the adversary is deterministic, so one run per delta.
+Fitted quantity: the slope of log(error) on log(delta) per seed (1 = linear growth).
 Substitutions: no Frank-Wolfe (it needs a smooth f; the piecewise-linear instances are the cutting-plane setting),
-no mixed-integer instances, random (not adversarial) oracle errors.
+no mixed-integer instances; the adversary is our greedy choice within the definition (no search over all oracles).
 """
 from __future__ import annotations
 
@@ -46,6 +65,7 @@ from ..spec import Comparison, Gate, PaperSpec, check
 
 VARIANTS = ("reduction", "direct")
 ALGORITHMS = ("ellipsoid", "kelley")
+ORACLES = ("adversarial", "random")
 
 
 @dataclass(frozen=True)
@@ -54,10 +74,10 @@ class Config:
     pieces: int = 20  # m affine pieces of f
     radius: float = 1.0  # X = [-radius, radius]^d
     deltas: tuple = (1e-7, 1e-6, 1e-5, 1e-4)  # oracle inexactness sweep (ascending)
-    reps: int = 2  # noise draws per delta (mean error)
+    oracle: str = "adversarial"  # "adversarial" (module docstring) or "random" (the v2 oracle, for comparison)
     ellipsoid_queries: int = 600  # oracle calls T of the ellipsoid method
     kelley_queries: int = 40  # oracle calls T of Kelley's method
-    tolerance: float = 0.15  # |fitted slope - 1| that still counts as linear growth
+    direct_slope_min: float = 0.5  # mechanism gate: the direct ellipsoid's error/delta log-log slope must exceed this
     floor_max: float = 0.1  # gate: exact-oracle error / error at the smallest delta must stay below this
     resolvable: float = -11.0  # gate: log10 of the error at the smallest delta above this (float64 round-off ~1e-12)
 
@@ -67,9 +87,9 @@ class Config:
         check(self.radius > 0, f"inexact_oracle.radius must be > 0, got {self.radius}")
         check(len(self.deltas) >= 2 and all(d > 0 for d in self.deltas) and list(self.deltas) == sorted(set(self.deltas)),
               f"inexact_oracle.deltas must be >= 2 increasing positive values, got {self.deltas}")
-        check(self.reps >= 1, f"inexact_oracle.reps must be >= 1, got {self.reps}")
+        check(self.oracle in ORACLES, f"inexact_oracle.oracle must be one of {ORACLES}, got {self.oracle!r}")
         check(self.ellipsoid_queries >= 1 and self.kelley_queries >= 1, "inexact_oracle: query budgets must be >= 1")
-        check(self.tolerance > 0 and self.floor_max > 0, "inexact_oracle: tolerance and floor_max must be > 0")
+        check(self.floor_max > 0, "inexact_oracle: floor_max must be > 0")
         check(self.resolvable < 0, f"inexact_oracle.resolvable is a log10 error level < 0, got {self.resolvable}")
 
 
@@ -102,6 +122,24 @@ def inexact_oracle(problem: dict, delta: float, rng: np.random.Generator):
         j = int(np.argmax(z))
         w = rng.standard_normal(a.shape[1])
         return float(z[j] + delta * rng.uniform(-1.0, 1.0)), a[j] + delta * w / np.linalg.norm(w)
+
+    return oracle
+
+
+def adversarial_oracle(problem: dict, delta: float):
+    """A delta-oracle that picks its errors to hurt (module docstring): value f + delta near the optimum (f - f* <
+    delta) and f - delta elsewhere; gradient a_j + delta (x* - x)/||x* - x||, the tilt that raises the cut most at x*.
+    Deterministic; the same answers whichever variant asks."""
+    a, b, f_star, x_star = problem["a"], problem["b"], problem["f_star"], problem["x_star"]
+
+    def oracle(x: np.ndarray) -> tuple[float, np.ndarray]:
+        z = a @ x + b
+        j = int(np.argmax(z))
+        f = float(z[j])
+        u = x_star - x
+        norm = float(np.linalg.norm(u))
+        g = a[j] + delta * u / norm if norm > 0 else a[j].copy()
+        return (f + delta if f - f_star < delta else f - delta), g
 
     return oracle
 
@@ -183,7 +221,7 @@ def kelley(oracle, dim: int, radius: float, queries: int) -> np.ndarray:
 
 def run_once(cfg: Config, problem: dict, variant: str, algorithm: str, delta: float, rng) -> float:
     """Error f(x_hat) - f* of one run of `algorithm` behind `variant` at inexactness delta."""
-    oracle = inexact_oracle(problem, delta, rng)
+    oracle = adversarial_oracle(problem, delta) if cfg.oracle == "adversarial" else inexact_oracle(problem, delta, rng)
     if variant == "reduction":
         oracle = Transfer(oracle, delta, 2.0 * cfg.radius * math.sqrt(cfg.dim), cfg.dim)
     solve, queries = (ellipsoid, cfg.ellipsoid_queries) if algorithm == "ellipsoid" else (kelley, cfg.kelley_queries)
@@ -216,18 +254,17 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
         queries = cfg.ellipsoid_queries if algorithm == "ellipsoid" else cfg.kelley_queries
         errors, ratios = [], []
         for i, delta in enumerate((0.0,) + cfg.deltas):
-            # the same noise streams for both variants (paired), one per (seed, delta, rep)
-            errs = [run_once(cfg, problem, variant, algorithm, delta, np.random.default_rng([seed, i, r, 5]))
-                    for r in range(cfg.reps if delta > 0 else 1)]
-            err = float(np.mean(errs))
+            # the same oracle for both variants (paired): deterministic adversary, or one noise stream per (seed, delta)
+            err = run_once(cfg, problem, variant, algorithm, delta, np.random.default_rng([seed, i, 0, 5]))
             if delta == 0:
                 out[f"floor_{algorithm}"] = err
                 continue
             errors.append(err)
-            ratios.append(max(errs) / guarantee(cfg, delta, queries))
+            ratios.append(err / guarantee(cfg, delta, queries))
             out[f"err_{algorithm}@{delta:g}"] = err
             log(i, **{f"err_{algorithm}": err})
         out[f"slope_{algorithm}"] = fit_slope(cfg.deltas, errors)
+        out[f"logerr_{algorithm}"] = float(np.mean(np.log10(np.maximum(errors, 1e-300))))  # sweep mean of log10 error
         out[f"floor_ratio_{algorithm}"] = out[f"floor_{algorithm}"] / max(errors[0], 1e-300)
         out[f"log10_err_min_{algorithm}"] = math.log10(max(errors[0], 1e-300))  # above round-off (~1e-12)?
         out[f"over_guarantee_{algorithm}"] = max(ratios)  # <= 1 where the transfer's guarantee holds (eps ~ 0)
@@ -240,46 +277,53 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
     """Per (variant, seed) the reference view "<v>|theory": slope 1 (linear growth) and error / guarantee = 1 (the
-    judged "matches" rows use their target; the report shows the view beside the fitted values)."""
+    bound), beside which the measured values are judged (error / guarantee) or shown (slopes, facts)."""
     out = [dict(r) for r in rows]
     for r in rows:
         if r["variant"] in VARIANTS:
             out.append({"paper": r.get("paper", "inexact_oracle"), "seed": r["seed"], "variant": f"{r['variant']}|theory",
-                        **{f"dense/slope_{a}": 1.0 for a in ALGORITHMS}, "dense/over_guarantee_ellipsoid": 1.0})
+                        **{f"dense/slope_{a}": 1.0 for a in ALGORITHMS},
+                        **{f"dense/over_guarantee_{a}": 1.0 for a in ALGORITHMS}})
     return out
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    tol, top = cfg.tolerance, f"{cfg.deltas[-1]:g}"
     sweep = f"delta = {cfg.deltas[0]:g}..{cfg.deltas[-1]:g}"
+    D = 2 * cfg.radius * math.sqrt(cfg.dim)
 
-    def floor(v: str, algorithm: str) -> tuple[Gate, Gate]:
+    def floor(v: str, algorithm: str) -> tuple[Gate, ...]:
         return (Gate(f"{v}: exact-oracle error negligible vs the smallest delta's ({algorithm})", variant=v,
                      metric=f"floor_ratio_{algorithm}", below=cfg.floor_max),
-                Gate(f"{v}: errors above float round-off, so a slope can be fitted ({algorithm})", variant=v,
+                Gate(f"{v}: errors above float round-off ({algorithm})", variant=v,
                      metric=f"log10_err_min_{algorithm}", above=cfg.resolvable))
 
+    def bites(algorithm: str) -> Gate:
+        return Gate(f"the adversarial oracle hurts direct use: the direct {algorithm} error grows with delta "
+                    f"(log-log slope > {cfg.direct_slope_min:g})", variant="direct", metric=f"slope_{algorithm}",
+                    above=cfg.direct_slope_min, kind="mechanism")
+
+    def bound(algorithm: str, queries: int, role: str) -> Comparison:
+        return Comparison(
+            f"over_guarantee_{algorithm}", "reduction", "reduction|theory", better="lower", role=role,
+            gates=(bites(algorithm),) + floor("reduction", algorithm),
+            text=f"with the transfer and an adversarial delta-oracle, the {algorithm} method's error stays within the "
+                 f"guarantee delta (1 + T (2 + D)) (T = {queries}, D = {D:.3g}, {sweep}): max over deltas of "
+                 "error / guarantee below 1",
+            refuted_if="the max over deltas of error / guarantee lies above 1 (95% interval over seeds): the "
+                       "transfer's bound fails against the adversarial oracle")
+
     return [
-        Comparison("slope_ellipsoid", "reduction", "reduction|theory", kind="matches", target=1.0, tolerance=tol, role="headline",
-                   gates=floor("reduction", "ellipsoid"),
-                   text=f"with the transfer, the ellipsoid method's final error grows linearly in delta ({sweep}, "
-                        f"T = {cfg.ellipsoid_queries}): fitted log-log slope within {tol:g} of 1"),
-        Comparison("slope_kelley", "reduction", "reduction|theory", kind="matches", target=1.0, tolerance=tol, role="secondary",
-                   gates=floor("reduction", "kelley"),
-                   text=f"with the transfer, Kelley's cutting-plane method's error grows linearly in delta (T = {cfg.kelley_queries})"),
-        Comparison("slope_ellipsoid", "direct", "reduction", better="higher", role="secondary",
-                   gates=floor("direct", "ellipsoid") + floor("reduction", "ellipsoid"),
-                   text="without the transfer (inexact answers fed directly) the ellipsoid method's error grows faster in delta"),
-        Comparison("slope_kelley", "direct", "reduction", better="higher", role="secondary",
-                   gates=floor("direct", "kelley") + floor("reduction", "kelley"),
-                   text="without the transfer Kelley's method's error grows faster in delta"),
-        Comparison(f"err_ellipsoid@{top}", "reduction", "direct", better="lower", role="control",
-                   text=f"magnitude at delta = {top}: the transfer's ellipsoid error below the direct run's (the "
-                        "guarantee is O(T delta), so this may go either way)"),
-        Comparison(f"err_kelley@{top}", "reduction", "direct", better="lower", role="control",
-                   text=f"magnitude at delta = {top}: the transfer's Kelley error below the direct run's"),
-        Comparison("over_guarantee_ellipsoid", "reduction", "reduction|theory", role="fact",
-                   text="max over deltas and draws of error / (delta (1 + T (2 + D))): <= 1 where the guarantee holds"),
+        bound("ellipsoid", cfg.ellipsoid_queries, "headline"),
+        bound("kelley", cfg.kelley_queries, "secondary"),
+        *(Comparison(f"logerr_{a}", "reduction", "direct", better="lower", role="secondary",
+                     gates=(bites(a),) + floor("direct", a),
+                     text=f"the transfer against direct use of the adversarial oracle's answers ({a}): lower error "
+                          f"(mean log10 error over {sweep})") for a in ALGORITHMS),
+        *(Comparison(f"slope_{a}", "reduction", "reduction|theory", role="fact",
+                     text=f"verification: the transfer's {a} error grows linearly in delta (fitted log-log slope; 1 by "
+                          "construction, its pieces are shifted by t delta (2 + D))") for a in ALGORITHMS),
+        Comparison("slope_ellipsoid", "direct", "reduction|theory", role="fact",
+                   text="direct use under the adversary: fitted log-log slope of the ellipsoid error in delta"),
     ]
 
 
@@ -297,9 +341,10 @@ SPEC = register_paper(PaperSpec(
     derive=derive,
     compress=None,
     fidelity="reconstruction",
-    data="generated max-affine convex problems on a box (one per seed) with a random delta-inexact oracle",
+    data="generated max-affine convex problems on a box (one per seed) with an adversarial delta-inexact oracle",
     substitutions="the transfer is our construction to the abstract's contract (the paper's text was not readable "
                   "here); cutting-plane methods only (ellipsoid, Kelley), no Frank-Wolfe or mixed-integer instances; "
-                  "random rather than adversarial oracle errors; d = 3, 20 pieces",
+                  "a greedy adversarial delta-oracle of our design (value lies and gradient tilts towards x*); d = 3, "
+                  "20 pieces",
     compression="none: no weights exist (convex solvers on generated problems), nothing to compress",
 ))

@@ -1,7 +1,9 @@
 """MMPareto: "MMPareto: Boosting Multimodal Learning with Innocent Unimodal Assistance" (Yake Wei, Di Hu), ICML 2024.
 
-Official code: https://github.com/GeWu-Lab/MMPareto_ICML2024 (code/MMPareto.py, uniform_baseline.py,
-one_joint_loss.py), followed here.
+Fidelity: official-code for the gradient rule. The official code (https://github.com/GeWu-Lab/MMPareto_ICML2024,
+code/MMPareto.py, uniform_baseline.py, one_joint_loss.py; models/models.py AVClassifier) was read and followed for
+the gradient integration, the separate unimodal heads and the baselines; data, encoders and schedule are ours
+(substitutions below).
 
 Setting (paper Sec. 3): two unimodal encoders phi_1, phi_2, a fusion head on their concatenated features
 (multimodal loss L_mm) and one linear head per encoder (unimodal losses L_1, L_2). Each encoder k receives
@@ -15,12 +17,24 @@ two gradients, g_mm (from L_mm) and g_k (from L_k). MMPareto (paper Algorithm 1;
   Heads keep the gradient of the summed losses (the official code skips every 'head' tensor).
 Where a description could differ from the code we follow the code: the switch is cos > 0 (cos = 0 exactly goes to
 MGDA, not to the sum), the cosine is over the whole encoder, the magnitude step is per parameter tensor.
+On a step without conflict MMPareto is exactly the uniform sum with every encoder gradient scaled by gamma; the
+Pareto (MGDA) direction acts only on conflict steps. Hence the mechanism gate and the isolating ablation below.
 
 Variants: mmpareto; uniform (L_mm + L_1 + L_2, official uniform_baseline.py = unimodal assistance without
-Pareto); mm_only (L_mm alone, official one_joint_loss.py); pareto (conventional Pareto integration: the MGDA
-weights at every step, new = 2 (a_mm g_mm + a_k g_k), no magnitude step: the paper's Fig. 1(c) baseline).
-The uniform variant also runs through the per-task gradients, so the fraction of steps with conflicting
-gradients is measured on the baseline itself (the paper's premise, Fig. 1(a)).
+Pareto); uniform_gamma (the isolating ablation: the uniform sum with the same x gamma = 1.5 encoder-gradient
+scaling, no Pareto step: MMPareto with its conflict branch replaced by the sum); mm_only (L_mm alone, official
+one_joint_loss.py); pareto (conventional Pareto integration: the MGDA weights at every step, new = 2 (a_mm g_mm +
+a_k g_k), no magnitude step: the paper's Fig. 1(c) baseline). Every variant but mm_only runs through the per-task
+gradients, so the fraction of steps with conflicting gradients (cos <= 0) is measured per encoder in every run
+(conflict_frac_m1 / conflict_frac_m2; for mmpareto it is the fraction of steps that took the MGDA branch). The
+per-task gradients are taken as (L_mm, L_1 + L_2): g_1 and g_2 live on different encoders, so one backward pass of
+L_1 + L_2 gives both exactly (tests); the curves' loss_task1 is therefore L_1 + L_2.
+
+Mechanism gate (contract v3): the headline and the row against uniform_gamma are judged only when MMPareto's weak
+encoder (modality 2, the paper's Fig. 1(a) shows the weak video encoder of Kinetics-Sounds) took the Pareto branch
+on more than 10% of its steps (mean over seeds of conflict_frac_m2): below one step in ten, 90% of MMPareto's
+updates are exactly uniform_gamma's and the row would judge the x1.5 scaling, not the Pareto integration. The
+threshold was fixed before any run of this revision. Otherwise the rows read `not testable` with the measured value.
 
 Data (substitution for CREMA-D / Kinetics-Sounds): real Fashion-MNIST split into two views of the same sample.
 Modality 1 ("strong"): the top half of the image (rows 0-13, 14x28 px, clean). Modality 2 ("weak"): the whole
@@ -28,16 +42,29 @@ image average-pooled to 7x7 with fixed Gaussian pixel noise (std cfg.noise in st
 complementary (fine detail of the top vs coarse global shape), so fusion can beat either one, and modality 2 is
 harder to learn: the imbalance the paper is about. The fashion_text descriptions were not used: they are a
 deterministic function of the class, so a text encoder alone reaches ~100% and nothing is left to fuse.
-Encoders are MLPs, heads linear (concatenation fusion as the official AVClassifier); SGD with momentum 0.9 and
-weight decay 1e-4 as the official optimizer. Unimodal quality of each encoder is measured for every variant by a
-linear probe on frozen features (mm_only has no trained unimodal heads), plus the unimodal heads' accuracy.
+Encoders are MLPs (d -> hidden -> feat, ReLU), heads linear (concatenation fusion as the official AVClassifier);
+SGD with momentum 0.9 and weight decay 1e-4 as the official optimizer. Unimodal quality of each encoder is measured
+for every variant by a linear probe on frozen features (mm_only has no trained unimodal heads), plus the unimodal
+heads' accuracy (dense models only: the pruned models are judged on acc_mm alone, so no probes are fitted there).
 
-Equal tuning: every variant gets the same lr grid; each (variant, lr) is trained once in prepare() with a tuning
-seed for cfg.tune_steps steps and the lr with the best validation multimodal accuracy is kept (ties: smaller).
+Harder setting (this revision, chosen on training quantities only): with feat = 64 the weak encoder's multimodal and
+unimodal gradients conflicted on 0-1.5% of steps in the v2 runs (the review) and on 0.7-3.5% in our probes (uniform,
+lr 0.01-0.1, probe seed 500). Measured the same way (fraction of training batches with cos <= 0, probe seeds 500-506,
+never the default seeds, the tuning seed or any test number), noise 2 and 3, batch 16, 32 and 64, low_res 4,
+n_train 1000-5000 and top_rows 10 stayed at 0.3-6% at lr 0.01-0.1 (bar runs where an encoder died at lr 0.1-0.3 and
+its zero gradient counts as cos = 0); a feature bottleneck, where the two objectives compete for the weak encoder's
+few output features, raised it 3-5x: feat = 8 gave 4-11% of steps at lr 0.01 (mean 7%), 2-5% at 0.03 and 10-32% at
+0.003 (mmpareto, seeds 503-506), vs 0.3-3% / 0-2% / 0-7% with feat = 64. So feat = 8. The conflicts concentrate in
+the first ~100 steps; at the lr the validation picks for mmpareto in our prepare() (0.03) two probe seeds gave 1.7%
+and 4.3%, so the gate will probably read `not testable` (measured, not assumed: the report shows the value).
+
+Equal tuning: every variant gets the same 4-value lr grid (0.01, 0.03, 0.1, 0.3); each (variant, lr) is trained once
+in prepare() with a tuning seed for cfg.tune_steps steps and the lr with the best validation multimodal accuracy is
+kept (ties: smaller).
 Compression: global magnitude pruning of the encoders' weight matrices (heads untouched, no fine-tuning).
 
 Tuning history (disclosed; the same grid for every variant): mm_only sat on the top edge of the first grid, so 0.3
-was added; it diverged there and mm_only kept 0.1.
+was added; it diverged there and mm_only kept 0.1. The grid is unchanged in this revision.
 """
 from __future__ import annotations
 
@@ -56,8 +83,10 @@ from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
 from ..tuning import tune
 
-VARIANTS = ("mmpareto", "uniform", "mm_only", "pareto")
-MODES = {"mmpareto": "mmpareto", "uniform": "sum", "pareto": "pareto"}  # variants trained through the combiner
+VARIANTS = ("mmpareto", "uniform", "uniform_gamma", "mm_only", "pareto")
+# variants trained through the combiner (per-task gradients): their conflict fractions are measured
+MODES = {"mmpareto": "mmpareto", "uniform": "sum", "uniform_gamma": "sum_gamma", "pareto": "pareto"}
+CONFLICT_MIN = 0.10  # mechanism gate: MMPareto took the Pareto branch on > 10% of the weak encoder's steps
 N_CLASSES = 10
 
 
@@ -71,7 +100,7 @@ class Config:
     low_res: int = 7  # modality 2: the image average-pooled to low_res x low_res
     noise: float = 1.0  # modality 2: std of the fixed Gaussian noise, in standardized pixel units
     hidden: int = 128  # encoder hidden width
-    feat: int = 64  # encoder output (feature) width
+    feat: int = 8  # encoder output (feature) width: a bottleneck, so the two objectives compete (module docstring)
     steps: int = 600
     batch_size: int = 128
     lr_grid: tuple = (0.01, 0.03, 0.1, 0.3)  # SGD lr, every variant picks one on validation
@@ -182,10 +211,10 @@ def build_model(arch: dict) -> TwoModalNet:
 
 
 def pair_weights(gm: torch.Tensor, gu: torch.Tensor, mode: str) -> tuple[float, float, float]:
-    """(a_mm, a_uni, cos) for one encoder: (0.5, 0.5) when mode is mmpareto and cos > 0 (or mode is sum),
-    else the 2-task MGDA min-norm weights (always for mode pareto)."""
+    """(a_mm, a_uni, cos) for one encoder: (0.5, 0.5) when mode is mmpareto and cos > 0 (or mode is sum /
+    sum_gamma), else the 2-task MGDA min-norm weights (always for mode pareto)."""
     cos = float(F.cosine_similarity(gm, gu, dim=0))
-    if mode == "sum" or (mode == "mmpareto" and cos > 0):
+    if mode in ("sum", "sum_gamma") or (mode == "mmpareto" and cos > 0):
         return 0.5, 0.5, cos
     w = mgda_weights(gram(torch.stack([gm, gu])))
     return float(w[0]), float(w[1]), cos
@@ -193,24 +222,26 @@ def pair_weights(gm: torch.Tensor, gu: torch.Tensor, mode: str) -> tuple[float, 
 
 def integrate(gm: torch.Tensor, gu: torch.Tensor, sizes: list[int], mode: str, gamma: float) -> tuple[torch.Tensor, float]:
     """The encoder's new flat gradient from its multimodal and unimodal gradients (P_enc,), and the cosine.
-    sizes: numel of each parameter tensor of the encoder, in order (the magnitude step is per tensor)."""
+    sizes: numel of each parameter tensor of the encoder, in order (the magnitude step is per tensor).
+    mode sum_gamma (uniform_gamma): (g_mm + g_k) * gamma, no Pareto step."""
     a_mm, a_u, cos = pair_weights(gm, gu, mode)
     new = 2 * a_mm * gm + 2 * a_u * gu
+    if mode == "sum_gamma":
+        return new * gamma, cos
     if mode != "mmpareto":
         return new, cos
-    out, start = [], 0
-    for n in sizes:
-        t, s = new[start : start + n], (gm[start : start + n] + gu[start : start + n]).norm()
-        norm = t.norm()
-        ratio = float(s / norm) if float(norm) > 0 else 1.0
-        out.append((t * ratio if ratio > 1 else t) * gamma)
-        start += n
-    return torch.cat(out), cos
+    s = torch.stack(torch._foreach_norm((gm + gu).split(sizes)))  # per-tensor norm of the plain sum
+    norm = torch.stack(torch._foreach_norm(new.split(sizes)))
+    ratio = torch.where(norm > 0, s / torch.where(norm > 0, norm, 1.0), 1.0)
+    ratio = torch.where(ratio > 1, ratio, 1.0)  # raise a tensor's magnitude to the plain sum's, never lower it
+    return new * (ratio * gamma).repeat_interleave(torch.tensor(sizes)), cos
 
 
 class MMParetoCombiner:
-    """train_loop combine hook over the shared parameters [enc1 | enc2], tasks (L_mm, L_1, L_2): G rows are
-    g_mm (both encoders), g_1 (zero on enc2), g_2 (zero on enc1). Counts the steps with cos <= 0 per encoder."""
+    """train_loop combine hook over the shared parameters [enc1 | enc2]. Tasks (L_mm, L_1 + L_2): G rows g_mm and
+    g_uni, where g_uni is g_1 on enc1 and g_2 on enc2 exactly (L_2 does not reach enc1 nor L_1 enc2), one backward
+    pass fewer per step; or tasks (L_mm, L_1, L_2): rows g_mm, g_1 (zero on enc2), g_2 (zero on enc1). Counts the
+    steps with cos <= 0 per encoder (for mmpareto: the steps that took the MGDA branch)."""
 
     def __init__(self, sizes1: list[int], sizes2: list[int], mode: str, gamma: float):
         self.sizes, self.mode, self.gamma = (sizes1, sizes2), mode, gamma
@@ -220,7 +251,8 @@ class MMParetoCombiner:
     def __call__(self, G: torch.Tensor, losses: torch.Tensor) -> torch.Tensor:
         parts = []
         for k, (a, b) in enumerate(((0, self.p1), (self.p1, G.shape[1]))):
-            new, cos = integrate(G[0, a:b], G[k + 1, a:b], self.sizes[k], self.mode, self.gamma)
+            uni = G[1] if G.shape[0] == 2 else G[k + 1]
+            new, cos = integrate(G[0, a:b], uni[a:b], self.sizes[k], self.mode, self.gamma)
             parts.append(new)
             self.conflicts[k] += int(cos <= 0)
             self.cos_sum[k] += cos
@@ -250,7 +282,8 @@ def fit_model(cfg: Config, data: dict, variant: str, seed: int, lr: float, steps
         out, o1, o2 = net(b1, b2)
         if variant == "mm_only":
             return F.cross_entropy(out, yb)
-        return torch.stack([F.cross_entropy(out, yb), F.cross_entropy(o1, yb), F.cross_entropy(o2, yb)])
+        # (L_mm, L_1 + L_2): the per-task gradients the combiner needs in two backward passes (MMParetoCombiner)
+        return torch.stack([F.cross_entropy(out, yb), F.cross_entropy(o1, yb) + F.cross_entropy(o2, yb)])
 
     combine, shared = None, None
     if variant in MODES:
@@ -309,8 +342,8 @@ def linear_probe(ftr: torch.Tensor, ytr: torch.Tensor, fte: torch.Tensor, yte: t
 
 def evaluate(cfg: Config, model: dict, data: dict) -> dict:
     """Test accuracy (%) of the fusion head (acc_mm) and of the unimodal heads (acc_head1/2, not for mm_only,
-    whose unimodal heads are untrained), linear-probe accuracy of each encoder (probe_acc_m1/2), the tuning
-    record and the conflict statistics of training."""
+    whose unimodal heads are untrained), linear-probe accuracy of each encoder (probe_acc_m1/2, dense models
+    only), the tuning record and the conflict statistics of training (conflict_frac_m1/2, mean_cos_m1/2)."""
     net = build_model(model["arch"])
     net.load_state_dict(model["state"])
     net.eval()
@@ -319,11 +352,12 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
     m = {"acc_mm": 100.0 * float((out.argmax(1) == y).float().mean())}
     if model.get("variant") != "mm_only":
         m.update({name: 100.0 * float((o.argmax(1) == y).float().mean()) for name, o in (("acc_head1", o1), ("acc_head2", o2))})
-    n = min(cfg.probe_n, data["y_train"].shape[0])
-    _, (t1, t2) = _features(net, data["m1_train"][:n], data["m2_train"][:n], cfg.eval_batch)
-    with torch.enable_grad():
-        m["probe_acc_m1"] = linear_probe(t1, data["y_train"][:n], f1, y, cfg.probe_steps)
-        m["probe_acc_m2"] = linear_probe(t2, data["y_train"][:n], f2, y, cfg.probe_steps)
+    if not model.get("pruned"):  # probes on the dense model only: no claims row reads a pruned model's probe
+        n = min(cfg.probe_n, data["y_train"].shape[0])
+        _, (t1, t2) = _features(net, data["m1_train"][:n], data["m2_train"][:n], cfg.eval_batch)
+        with torch.enable_grad():
+            m["probe_acc_m1"] = linear_probe(t1, data["y_train"][:n], f1, y, cfg.probe_steps)
+            m["probe_acc_m2"] = linear_probe(t2, data["y_train"][:n], f2, y, cfg.probe_steps)
     m.update(model.get("stats", {}))
     m.update({k: v for k, v in model.get("tuning", {}).items() if k in ("tuned_lr", "grid_edge", "val_acc_mm")})
     return m
@@ -332,7 +366,7 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
 def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
     """Global magnitude pruning of the encoders' weight matrices at each level; heads untouched."""
     levels = magnitude_levels(model["state"], cfg.sparsities, include=("enc1.", "enc2."))
-    return {lvl: {**model, "state": state} for lvl, state in levels.items()}
+    return {lvl: {**model, "state": state, "pruned": 1} for lvl, state in levels.items()}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -344,24 +378,40 @@ def comparisons(cfg: Config) -> list[Comparison]:
         return tuple(Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5) for v in variants)
 
     premise = (Gate("uniform baseline above chance", variant="uniform", metric="acc_mm", above=30.0),)
+    mechanism = (Gate(f"MMPareto's Pareto (MGDA) branch acted: the weak encoder's multimodal and unimodal gradients conflict "
+                      f"(cos <= 0) on more than {CONFLICT_MIN:.0%} of MMPareto's steps", variant="mmpareto",
+                      metric="conflict_frac_m2", above=CONFLICT_MIN, kind="mechanism"),)
     level = level_name(cfg.compare_level)
     return [
-        Comparison("acc_mm", "mmpareto", "uniform", better="higher", role="headline", gates=premise + lr_gates("mmpareto", "uniform"),
-                   text="MMPareto has higher multimodal accuracy than the uniform sum of the three losses"),
+        Comparison("acc_mm", "mmpareto", "uniform", better="higher", role="headline",
+                   gates=premise + mechanism + lr_gates("mmpareto", "uniform"),
+                   text="MMPareto has higher multimodal accuracy than the uniform sum of the three losses",
+                   refuted_if="MMPareto's multimodal test accuracy is below the uniform sum's (paired 95% interval of "
+                              "mmpareto - uniform entirely below 0) while MMPareto's weak encoder took the Pareto branch on "
+                              f"more than {CONFLICT_MIN:.0%} of its steps and MMPareto's tuned lr is inside the grid"),
+        Comparison("acc_mm", "mmpareto", "uniform_gamma", better="higher", role="secondary",
+                   gates=mechanism + lr_gates("mmpareto", "uniform_gamma"),
+                   text="the Pareto step itself: MMPareto beats the uniform sum with the same x1.5 encoder-gradient scaling "
+                        "(uniform_gamma, the isolating ablation)"),
         Comparison("acc_mm", "mmpareto", "mm_only", better="higher", role="secondary", gates=lr_gates("mmpareto", "mm_only"),
                    text="MMPareto beats training with the multimodal loss only"),
         Comparison("acc_mm", "mmpareto", "pareto", better="higher", role="secondary", gates=lr_gates("mmpareto", "pareto"),
                    text="MMPareto beats conventional Pareto (MGDA) integration"),
-        Comparison("probe_acc_m2", "mmpareto", "uniform", better="higher", role="secondary",
+        Comparison("probe_acc_m2", "mmpareto", "uniform", better="higher", role="secondary", gates=lr_gates("mmpareto", "uniform"),
                    text="the weak encoder (modality 2) learns better features under MMPareto than under the uniform sum"),
-        Comparison("probe_acc_m2", "uniform", "mm_only", better="higher", role="control",
+        Comparison("acc_mm", "uniform_gamma", "uniform", better="higher", role="control",
+                   gates=lr_gates("uniform_gamma", "uniform"),
+                   text="the x1.5 encoder-gradient scaling alone (uniform_gamma) vs the uniform sum"),
+        Comparison("probe_acc_m2", "uniform", "mm_only", better="higher", role="control", gates=lr_gates("uniform", "mm_only"),
                    text="imbalance: unimodal assistance improves the weak encoder over multimodal-only training"),
-        Comparison("probe_acc_m1", "mmpareto", "uniform", better="higher", role="control",
+        Comparison("probe_acc_m1", "mmpareto", "uniform", better="higher", role="control", gates=lr_gates("mmpareto", "uniform"),
                    text="the strong encoder (modality 1) under MMPareto vs the uniform sum"),
         Comparison("acc_mm", "mmpareto", "uniform", better="higher", role="control", stage="compressed", level=level,
+                   gates=lr_gates("mmpareto", "uniform"),
                    text=f"MMPareto keeps its multimodal advantage with the encoders pruned to {level} (no fine-tuning)"),
         Comparison("conflict_frac_m2", "uniform", "mmpareto", role="fact",
-                   text="fraction of training steps with conflicting multimodal / unimodal gradients (cos <= 0), weak encoder"),
+                   text="fraction of training steps with conflicting multimodal / unimodal gradients (cos <= 0), weak encoder, "
+                        "uniform baseline (the paper's premise, Fig. 1(a)) vs MMPareto's own runs"),
         Comparison("conflict_frac_m1", "uniform", "mmpareto", role="fact",
                    text="fraction of training steps with conflicting multimodal / unimodal gradients (cos <= 0), strong encoder"),
     ]
@@ -380,7 +430,8 @@ SPEC = register_paper(PaperSpec(
          "modality 2 = the whole image average-pooled to 7x7 with fixed Gaussian noise (the weaker modality)",
     substitutions="Paper: CREMA-D / Kinetics-Sounds audio-visual (ResNet-18 encoders), CG-MNIST, ModelNet40. Here: two "
                   "complementary views of real Fashion-MNIST images, MLP encoders, concat fusion, SGD (momentum 0.9, wd 1e-4) "
-                  "for a few hundred steps; every variant's lr picked on a validation split from the same 3-value grid; "
+                  "for a few hundred steps, 8 output features per encoder (a bottleneck: at 64 the gradients conflicted on "
+                  "under 4% of steps); every variant's lr picked on a validation split from the same 4-value grid; "
                   "unimodal quality also measured with linear probes on frozen features",
     compression="global magnitude pruning of the two encoders' weight matrices at each level (heads untouched, no fine-tuning)",
     figure="sparsity",

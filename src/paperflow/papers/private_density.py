@@ -1,5 +1,12 @@
 """Private adaptive density estimation: "Privately Learning Smooth Distributions on the Hypercube by Projections"
-(Lalanne, Gadat), ICML 2024. No official code.
+(Lalanne, Gadat), ICML 2024 (arXiv 2409.10083). No official code.
+
+What was read: the full abstract (arXiv 2409.10083): centrally-private projection estimators of Sobolev densities on
+[0, 1]^d, and a data-driven choice "among a finite family of private projection estimators ... by adapting the
+Lepskii method for private selection, by adding a new penalization term that makes the estimation privacy-aware".
+The paper body was not retrievable here (the `pages` corpus searched by title, arXiv id, "Lepskii", "Theorem",
+"penalization"), so fidelity is "reconstruction": the block release, the equal budget split and the quantile
+thresholds below are our choices; the privacy-aware penalty (sampling + privacy variance) follows the abstract.
 
 Estimator (the paper's projection estimators, here in dimension d = 1): the trigonometric basis of L2([0, 1]),
 phi_0 = 1, phi_{c,k} = sqrt2 cos(2 pi k x), phi_{s,k} = sqrt2 sin(2 pi k x); for a cut-off N,
@@ -19,23 +26,44 @@ V(j, l) = sum_i 2|B_i|/n + 4|B_i| b_i^2 (sampling + privacy: the paper's privacy
 N_hat = the smallest N_j with ||f_hat_{N_l} - f_hat_{N_j}||^2 <= q(j, l) V(j, l) for every l > j, where q is the
 1 - alpha/(m-1) quantile of ||noise||^2 / E||noise||^2 for pure noise of that many coefficients (Laplace noise for
 the private estimator: heavier-tailed than the sampling noise, so conservative; chi-square for the non-private one;
-alpha = cfg.alpha). Fidelity "reconstruction": only the abstract could be read here; the block release, the equal
-budget split and the quantile threshold are our choices (a first version with one release per member at eps/m and a
-constant threshold 2 failed on the Laplace tails: noted in the report).
+alpha = cfg.alpha). (A first version with one release per member at eps/m and a constant threshold 2 failed on the
+Laplace tails: noted in the report.)
 
-Baselines: "fixed" = the private estimator at the fixed cut-off cfg.fixed_cutoff (whole budget eps); non-private =
-the same Lepskii rule without noise (variant "nonprivate"). Reference: the oracle = the private projection estimator
-at the N minimising the closed-form MISE (full eps, knows the density): its MISE(n) curve is the oracle rate.
+Estimators compared, all on the same samples per seed: "nonprivate" variant = the same Lepskii rule without noise;
+in the "private" job also the fixed cut-off cfg.fixed_cutoff (whole budget eps), the ablation "naive" = the classical
+Lepskii rule (sampling-only penalty 2|B_i|/n, chi-square thresholds) on the same private release (what the paper's
+privacy-aware penalty replaces), and the non-private rule on the same draws (for the mechanism gate). Reference: the
+oracle = the private projection estimator at the N minimising the closed-form MISE (full eps, knows the density;
+tests check the closed form against Monte Carlo). Its MISE(n) curve depends on |theta| only, so it is the same for
+every seed (the seed flips signs): the comparison's randomness is the Lepskii estimator's, measured by simulation.
 Densities (generated; what a seed varies): f = 1 + sum_{k <= k_true} theta_k phi_k with |theta_{c,k}|, |theta_{s,k}|
 proportional to k^-(beta + 1/2) and random signs, scaled so that sum sqrt2 |theta| = mass < 1 (f in [1 - mass,
 1 + mass]); samples by inverse CDF on a fine grid. Sweep inside one job: every n of cfg.ns, cfg.reps samples each;
-ISE exact by Parseval. Fitted quantity: the rate exponent = -(slope of log MISE on log n), per seed.
+ISE exact by Parseval; MISE = the mean ISE over reps. Rate exponent = -(least-squares slope of log MISE on log n),
+per seed; rate_gap = rate(Lepskii) - rate(oracle); excess_slope = -rate_gap = the slope of
+log(MISE_Lepskii / MISE_oracle) on log n.
+
+Headline (the quantity the theorem bounds: an oracle inequality, adaptive risk <= C x oracle risk up to log factors,
+an upper bound): excess_slope below cfg.tolerance (0.1), one-sided, against the constant view "private|bound";
+refuted when its interval lies wholly above 0.1. Mechanism gates, measured in the private job: privacy_ratio = the
+private Lepskii MISE over the non-private Lepskii MISE on the same draws (geometric mean over n) above
+cfg.min_privacy_ratio (1.5, fixed before measuring; one run of seeds 0-9: mean 1.98, typical seeds 1.14-1.43, the rest
+driven by rare Laplace-tail over-selections), and chosen_spread = log2 of the mean selected cut-off at the largest n
+over that at the smallest above cfg.min_spread (1: the selection at least doubles; measured mean 2.6). Also logged:
+cutoff_shrink = mean over n of log2(N_hat non-private / N_hat private) on the same draws (measured mean 0.64).
 Substitutions: d = 1 only (the paper: the hypercube [0, 1]^d), eps fixed at cfg.epsilon (sweep over n only).
 
 Design history (disclosed): Lepskii's release first used one noisy release per family member with a constant
 threshold 2 and failed on Laplace tails at eps 0.1/0.3 in a pilot; it was changed to block releases with quantile
 thresholds before the final run (eps stayed at the pre-set 1). The median-ISE rate row was added after the first
-default run and is labelled post-hoc (control).
+default run and is labelled post-hoc (control). Contract v3 (issue 24), after the v2 default results existed (v2
+headline: rate_gap matches 0 within 0.1, two-sided: +0.308 [0.097, 0.52], inconclusive; the adaptive MISE approached
+the oracle's as n grew): the headline was restated one-sided on excess_slope (the theorem is an upper bound; a
+two-sided band also fails an estimator that approaches the oracle faster, which no theorem forbids). On the v2
+numbers the restated headline reads reproduced; the v2 two-sided row stays as a control. The mechanism gates, the
+naive-penalty ablation and its row were added; estimators and the n sweep are unchanged. Because the restatement
+was made knowing its v2 verdict, every density, sample and noise draw is re-drawn (Config.draw = 1, mixed into each
+random stream; draw 0 reproduces v2's numbers): the registered verdict comes from data no one had seen.
 """
 from __future__ import annotations
 
@@ -62,8 +90,11 @@ class Config:
     alpha: float = 0.05  # Lepskii: total level of the pairwise tests' thresholds
     reps: int = 5  # samples per n (MISE estimate)
     grid: int = 32768  # inverse-CDF grid
-    tolerance: float = 0.1  # |rate(adaptive) - rate(oracle)| that still counts as the oracle rate
+    tolerance: float = 0.1  # allowed growth exponent of MISE(adaptive) / MISE(oracle) in n (and the control's band)
     min_rate: float = 0.2  # gate: the oracle's fitted rate must exceed this (a rate to track)
+    min_privacy_ratio: float = 1.5  # mechanism gate: private / non-private Lepskii MISE (geometric mean over n)
+    min_spread: float = 1.0  # mechanism gate: log2 of the chosen cut-off's growth from the smallest to the largest n
+    draw: int = 1  # which draw of densities, samples and noise (v2 and the v3 probes used draw 0; see the history)
 
     def __post_init__(self) -> None:
         for key in ("ns", "cutoffs"):
@@ -76,12 +107,13 @@ class Config:
         check(1 <= self.fixed_cutoff <= self.k_true and self.cutoffs[-1] <= self.k_true,
               "private_density: fixed_cutoff and cutoffs must lie in [1, k_true]")
         check(self.grid >= 1024 and self.tolerance > 0, "private_density: grid >= 1024 and tolerance > 0")
+        check(self.min_privacy_ratio > 0 and self.min_spread > 0, "private_density: min_privacy_ratio, min_spread > 0")
 
 
 # ----------------------------------------------------------------------------------------------- density
 def make_density(cfg: Config, seed: int) -> np.ndarray:
     """theta (2, k_true): rows cos / sin coefficients of frequencies 1..k_true."""
-    rng = np.random.default_rng([seed, 23])
+    rng = np.random.default_rng([seed, 23] + ([cfg.draw] if cfg.draw else []))
     k = np.arange(1, cfg.k_true + 1)
     theta = rng.choice([-1.0, 1.0], size=(2, cfg.k_true)) * k ** -(cfg.beta + 0.5)
     return theta * cfg.mass / (math.sqrt(2) * np.abs(theta).sum())
@@ -178,22 +210,29 @@ def prepare(cfg: Config, res) -> dict:
 
 
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
-    """The n sweep: MISE of the adaptive (Lepskii) estimator, of the fixed cut-off (private only) and the oracle."""
+    """The n sweep: MISE of the adaptive (Lepskii) estimator and the oracle; for the private variant also the fixed
+    cut-off, the classical Lepskii rule on the same private release (sampling-only penalty, chi-square thresholds:
+    the ablation of the paper's privacy-aware penalty) and the non-private Lepskii on the same draws (privacy_ratio)."""
     check(variant in VARIANTS, f"private_density: variant must be one of {VARIANTS}, got {variant!r}")
     private = variant == "private"
     theta = make_density(cfg, seed)
     draw = sampler(cfg, theta)
-    rng = np.random.default_rng([seed, 29])  # the same samples for both variants at a seed
-    noise = np.random.default_rng([seed, 31])
+    extra = [cfg.draw] if cfg.draw else []  # draw 0 is v2's stream, kept for reproducing its numbers
+    rng = np.random.default_rng([seed, 29] + extra)  # the same samples for both variants at a seed
+    noise = np.random.default_rng([seed, 31] + extra)
     m, n_max, eps = len(cfg.cutoffs), cfg.cutoffs[-1], cfg.epsilon
-    curves = {"lepskii": [], "oracle": []} | ({"fixed": []} if private else {})
+    curves = {"lepskii": [], "oracle": []} | ({"fixed": [], "naive": []} if private else {})
     out: dict[str, float] = {}
     medians: list[float] = []
-    quantiles = noise_quantiles(cfg.cutoffs, 1 - cfg.alpha / max(m - 1, 1), laplace=private)
+    level = 1 - cfg.alpha / max(m - 1, 1)
+    quantiles = noise_quantiles(cfg.cutoffs, level, laplace=private)
+    chi2_q = quantiles if not private else noise_quantiles(cfg.cutoffs, level, laplace=False)
     for step, n in enumerate(cfg.ns):
         errs, chosen = {k: [] for k in curves if k != "oracle"}, []
+        nonprivate_errs, nonprivate_chosen = [], []
         scales = [laplace_scale(hi - lo, n, eps / m) if private else 0.0 for lo, hi in blocks(cfg.cutoffs)]
         block_var = [2 * (hi - lo) / n + 4 * (hi - lo) * b ** 2 for (lo, hi), b in zip(blocks(cfg.cutoffs), scales)]
+        sampling_var = [2 * (hi - lo) / n for lo, hi in blocks(cfg.cutoffs)]
         for _ in range(cfg.reps):
             x = draw(n, rng)
             emp = basis(x, max(n_max, cfg.fixed_cutoff)).mean(axis=1)  # (2, N_max) empirical coefficients
@@ -207,6 +246,11 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
             if private:
                 N = cfg.fixed_cutoff
                 errs["fixed"].append(ise(theta, emp[:, :N] + noise.laplace(0.0, laplace_scale(N, n, eps), (2, N))))
+                jn = lepskii(coef, cfg.cutoffs, sampling_var, chi2_q)  # privacy-unaware penalty, same release
+                errs["naive"].append(ise(theta, coef[:, :cfg.cutoffs[jn]]))
+                jp = lepskii(emp[:, :n_max], cfg.cutoffs, sampling_var, chi2_q)  # = the nonprivate variant's choice
+                nonprivate_errs.append(ise(theta, emp[:, :cfg.cutoffs[jp]]))
+                nonprivate_chosen.append(cfg.cutoffs[jp])
         n_star = oracle_cutoff(theta, n, eps if private else None, n_max)
         values = {k: float(np.mean(v)) for k, v in errs.items()}
         medians.append(float(np.median(errs["lepskii"])))  # typical run (the mean is swayed by rare over-selections)
@@ -215,12 +259,21 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
             curves[k].append(v)
             out[f"mise_{k}@{n}"] = v
         out[f"chosen_N@{n}"], out[f"oracle_N@{n}"] = float(np.mean(chosen)), float(n_star)
+        if private:
+            out[f"privacy_ratio@{n}"] = values["lepskii"] / float(np.mean(nonprivate_errs))
+            out[f"cutoff_shrink@{n}"] = math.log2(float(np.mean(nonprivate_chosen)) / float(np.mean(chosen)))
         log(step, **{f"mise_{k}": v for k, v in values.items()})
     for k, v in curves.items():
         out[f"rate_{k}"] = fit_rate(cfg.ns, v)
         out[f"logmise_{k}"] = float(np.mean(np.log10(v)))
     out["rate_gap"] = out["rate_lepskii"] - out["rate_oracle"]
+    # the oracle inequality's quantity: slope of log(MISE_lepskii / MISE_oracle) on log n (0: a constant factor)
+    out["excess_slope"] = -out["rate_gap"]
     out["rate_gap_median"] = fit_rate(cfg.ns, medians) - out["rate_oracle"]  # post-hoc diagnostic (control row)
+    out["chosen_spread"] = math.log2(out[f"chosen_N@{cfg.ns[-1]}"] / out[f"chosen_N@{cfg.ns[0]}"])
+    if private:  # geometric mean over n of the MISE ratio; mean over n of log2(N non-private / N private)
+        out["privacy_ratio"] = float(np.exp(np.mean([np.log(out[f"privacy_ratio@{n}"]) for n in cfg.ns])))
+        out["cutoff_shrink"] = float(np.mean([out[f"cutoff_shrink@{n}"] for n in cfg.ns]))
     return {"metrics": out}
 
 
@@ -235,13 +288,14 @@ def theory_rates(cfg: Config) -> dict:
 
 
 def derive(cfg: Config, rows: list[dict]) -> list[dict]:
-    """Views "<variant>|<estimator>" (logmise, rate, mise@n under common names) and "<variant>|theory" (gap 0)."""
+    """Views "<variant>|<estimator>" (logmise, rate, mise@n under common names), "<variant>|theory" (gap 0) and
+    "<variant>|bound" (excess_slope = cfg.tolerance: the headline's allowance, a constant)."""
     out = [dict(r) for r in rows]
     for r in rows:
         if r["variant"] not in VARIANTS:
             continue
         base = {"paper": r.get("paper", "private_density"), "seed": r["seed"]}
-        for e in ("lepskii", "oracle", "fixed"):
+        for e in ("lepskii", "oracle", "fixed", "naive"):
             if f"dense/logmise_{e}" not in r:
                 continue
             view = {**base, "variant": f"{r['variant']}|{e}", "dense/logmise": r[f"dense/logmise_{e}"],
@@ -252,6 +306,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
         out.append({**base, "variant": f"{r['variant']}|theory", "dense/rate_gap": 0.0, "dense/rate_gap_median": 0.0,
                     "dense/rate": min(rates.values()),
                     **{f"dense/rate_{k}": v for k, v in rates.items()}})
+        out.append({**base, "variant": f"{r['variant']}|bound", "dense/excess_slope": cfg.tolerance})
     return out
 
 
@@ -259,25 +314,42 @@ def comparisons(cfg: Config) -> list[Comparison]:
     tol, big = cfg.tolerance, cfg.ns[-1]
     span = f"n = {cfg.ns[0]}..{cfg.ns[-1]}, eps = {cfg.epsilon:g}, beta = {cfg.beta:g}"
     rate_gate = Gate("the oracle MISE decays (a rate to track)", variant="private", metric="rate_oracle", above=cfg.min_rate)
+    mechanism = (
+        Gate(f"privacy matters: on the same draws, the private Lepskii estimator's MISE is more than {cfg.min_privacy_ratio:g}x "
+             "the non-private Lepskii's (geometric mean over n)", variant="private", metric="privacy_ratio",
+             above=cfg.min_privacy_ratio, kind="mechanism"),
+        Gate(f"adaptation is active: the selected cut-off grows with n, log2(mean N_hat at n = {cfg.ns[-1]} / at n = "
+             f"{cfg.ns[0]}) above {cfg.min_spread:g}", variant="private", metric="chosen_spread", above=cfg.min_spread,
+             kind="mechanism"),
+    )
     return [
-        Comparison("rate_gap", "private", "private|theory", kind="matches", target=0.0, tolerance=tol, role="headline",
-                   gates=(rate_gate,),
-                   text=f"the private Lepskii estimator's MISE rate in n matches the oracle rate ({span}): fitted "
-                        f"exponent within {tol:g} of the oracle's"),
+        Comparison("excess_slope", "private", "private|bound", better="lower", role="headline", gates=(rate_gate,) + mechanism,
+                   text=f"the private Lepskii estimator attains the oracle rate ({span}): its MISE stays within a factor of "
+                        f"the oracle's that grows slower than n^{tol:g} (slope of log(MISE_Lepskii / MISE_oracle) on log n "
+                        f"below {tol:g}: the oracle inequality's quantity, one-sided)",
+                   refuted_if=f"the slope's 95% interval lies wholly above {tol:g}: the adaptive MISE falls behind the "
+                              f"oracle's polynomially (its fitted rate exponent more than {tol:g} below the oracle's)"),
         Comparison("logmise", "private|lepskii", "private|fixed", better="lower", role="secondary",
                    text=f"the adaptive private estimator has lower MISE than the fixed cut-off N = {cfg.fixed_cutoff} "
                         "private estimator (mean log10 MISE over n)"),
+        Comparison("logmise", "private|lepskii", "private|naive", better="lower", role="secondary",
+                   text="method vs ablation: the privacy-aware penalty beats the classical Lepskii penalty (sampling "
+                        "variance, chi-square thresholds) on the same private release (mean log10 MISE over n)"),
+        Comparison("rate_gap", "private", "private|theory", kind="matches", target=0.0, tolerance=tol, role="control",
+                   text=f"the v2 headline, kept for the record (two-sided): the fitted MISE exponent within {tol:g} of the "
+                        "oracle's either way (a faster approach to the oracle also fails it, which no theorem forbids)"),
         Comparison("rate_gap_median", "private", "private|theory", kind="matches", target=0.0, tolerance=tol,
                    role="control", text="post-hoc diagnostic: the rate of the MEDIAN ISE over draws (the typical run, "
                                         "without the rare over-selections that dominate the mean) vs the oracle rate"),
         Comparison("rate_gap", "nonprivate", "nonprivate|theory", kind="matches", target=0.0, tolerance=tol, role="control",
-                   text="sanity: non-private Lepskii tracks the non-private oracle rate"),
+                   text="sanity: non-private Lepskii tracks the non-private oracle rate (two-sided)"),
         Comparison("logmise", "nonprivate|lepskii", "private|lepskii", better="lower", role="control",
                    text="the cost of privacy: the non-private estimator has lower MISE (mean log10 MISE over n)"),
         Comparison(f"mise@{big}", "private|lepskii", "private|oracle", better="lower", kind="close", margin=1.0,
                    role="control", text=f"at n = {big}: adaptive MISE within 2x the oracle's (close, margin 1.0)"),
         Comparison("rate", "private|oracle", "private|theory", role="fact",
-                   text="the oracle's fitted rate exponent vs the theory's asymptotic one, min(2b/(2b+1), 2b/(b+3/2))"),
+                   text="the oracle's fitted rate exponent vs the theory's asymptotic one, min(2b/(2b+1), 2b/(b+3/2)) "
+                        "(closed-form MISE: the same for every seed, since it depends on |theta| only)"),
     ]
 
 
