@@ -150,3 +150,13 @@ def test_list_and_check_need_no_torch_when_cached(command):
              "print(rc, 'torch' in sys.modules)")
     out = subprocess.run([PYTHON, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", "False"], out
+
+
+def test_readme_lists_every_registered_paper():
+    """README's table of papers is generated from the registry (`paperflow list --markdown`), so it cannot drift."""
+    from paperflow.cli import README_BEGIN, README_END, papers_markdown
+    from paperflow.config import paper_index
+
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(README_BEGIN): text.index(README_END) + len(README_END)] + "\n"
+    assert block == papers_markdown(paper_index(None)), "run `paperflow list --markdown` and paste it into README.md"
