@@ -87,3 +87,25 @@ def test_keep_mask_lowest_equals_stable_sort(n_prune):
     ref = torch.ones_like(scores, dtype=torch.bool)
     ref.scatter_(1, torch.sort(scores, dim=1, stable=True).indices[:, :n_prune], False)
     assert torch.equal(keep_mask_lowest(scores, n_prune), ref)
+
+
+def test_unprotect_tree_gives_writable_copies_and_keeps_the_cache(tmp_path):
+    """What `dvc commit` leaves with cache.type hardlink (a read-only inode shared with the cache) becomes a private
+    writable copy with the same mtime; the cache entry keeps its bytes and mode (issue 26)."""
+    import os
+    import stat
+
+    from paperflow.artifacts import unprotect_tree
+
+    cache, out = tmp_path / "cache" / "ab12", tmp_path / "results" / "p" / "metrics.csv"
+    cache.parent.mkdir(parents=True)
+    out.parent.mkdir(parents=True)
+    cache.write_text("a,b\n1,2\n")
+    os.chmod(cache, 0o444)
+    os.link(cache, out)
+    os.utime(out, ns=(1_000_000_000, 2_000_000_000))
+    assert unprotect_tree(tmp_path / "results") == 1
+    assert out.stat().st_mode & stat.S_IWUSR and out.stat().st_mtime_ns == 2_000_000_000
+    assert out.stat().st_ino != cache.stat().st_ino and out.read_text() == "a,b\n1,2\n"
+    assert not cache.stat().st_mode & stat.S_IWUSR
+    assert unprotect_tree(tmp_path / "results") == 0  # nothing left to do

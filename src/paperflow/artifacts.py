@@ -81,3 +81,30 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def unprotect_tree(*roots: str | os.PathLike) -> int:
+    """Replace every read-only hard link under `roots` (what `dvc commit` leaves with cache.type = hardlink: the
+    workspace file and the cache entry share one read-only inode) by a private writable copy with the same
+    mtime, as `dvc unprotect` would; the cache entry is never touched. Snakemake refuses to rerun a job whose
+    existing output is not writable (ProtectedOutputException) for every user but root; hard links are kept as the
+    cache type because they keep mtimes (a copy cache rewrote every out and Snakemake reran everything).
+    Returns the number of files unprotected."""
+    import shutil
+    import stat
+
+    count = 0
+    for root in map(Path, roots):
+        if not root.exists():
+            continue
+        for path in (p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+            st = path.stat()
+            if st.st_mode & stat.S_IWUSR or st.st_nlink < 2:
+                continue
+            tmp = path.with_name(f".{path.name}.unprotect")
+            shutil.copyfile(path, tmp)
+            os.chmod(tmp, (st.st_mode | stat.S_IWUSR) & 0o7777)
+            os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.replace(tmp, path)
+            count += 1
+    return count

@@ -226,3 +226,8 @@ def stop_tracking():
 check_sources()
 if workflow.is_main_process and not workflow.dryrun:  # never from a job's own parse (SLURM), never in a dry run
     clear_stale_lock()
+    # outputs `dvc commit` hard-linked into its cache are read-only: give jobs writable copies (same mtimes)
+    from paperflow.artifacts import unprotect_tree
+
+    if unprotect_tree("results", "reports"):
+        print("paperflow: replaced outputs DVC had made read-only (hard links into its cache) by writable copies", file=sys.stderr)
