@@ -72,6 +72,9 @@ def test_dvc_experiments_record_fresh_metrics_without_root_override(workspace, s
         metrics = json.loads((ws / "reports" / "metrics" / f"{PAPER}.json").read_text())
         table = pl.read_csv(ws / "results" / PAPER / "metrics.csv")
         seen[value] = (metrics, table)
+    # a key the smoke profile overrides: the paper's resolved params do not change, so DVC reruns nothing of it
+    hidden = run(NO_DAC_OVERRIDE + DVC + ["exp", "run", "-S", f"papers.{PAPER}.steps=777"], ws, timeout=1800)
+    assert f"Stage '{PAPER}' didn't change" in hidden.stdout + hidden.stderr, (hidden.stdout + hidden.stderr)[-3000:]
     (m1, t1), (m2, t2) = seen[0.3], seen[0.05]
     assert not t1.equals(t2), "the knob changed nothing in results"
     assert m1 != m2, "reports/metrics kept the previous experiment's numbers"

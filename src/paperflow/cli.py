@@ -172,6 +172,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_resolve_params(args: argparse.Namespace) -> int:
+    """resolved/<paper>.yaml: each paper's settings under the active profile, rewritten only when they change (the
+    DVC params of its stage, dvcgen.py); files of papers no longer registered are removed."""
+    import yaml
+
+    from . import config
+    from .artifacts import save_text
+
+    root = find_root()
+    settings = config.load(root / "params.yaml", profile=args.profile)
+    out = root / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    changed = []
+    for pid in settings.papers:
+        text = yaml.safe_dump({"profile": settings.profile, "seeds": list(settings.seeds(pid)), "config": settings.sections[pid]},
+                              sort_keys=True)
+        path = out / f"{pid}.yaml"
+        if not path.exists() or path.read_text() != text:
+            save_text(text, path)
+            changed.append(pid)
+    for stale in out.glob("*.yaml"):
+        if stale.stem not in settings.papers:
+            stale.unlink()
+    print(f"[paperflow] resolved params ({settings.profile}): {', '.join(changed) or 'unchanged'}")
+    return 0
+
+
 def cmd_dvc_yaml(args: argparse.Namespace) -> int:
     from .dvcgen import dvc_yaml_text
 
@@ -261,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out")
     p.add_argument("--papers", nargs="*", help="paper ids (default: every registered paper with results)")
     p.set_defaults(fn=cmd_report)
+    p = sub.add_parser("resolve-params", help="write resolved/<paper>.yaml (settings under the profile; DVC params)")
+    p.add_argument("--out", default="resolved")
+    p.add_argument("--profile")
+    p.set_defaults(fn=cmd_resolve_params)
     p = sub.add_parser("dvc-yaml", help="print (or --write) dvc.yaml generated from the registry")
     p.add_argument("--write", action="store_true")
     p.set_defaults(fn=cmd_dvc_yaml)

@@ -3,7 +3,9 @@
 DVC does not repeat Snakemake's DAG job by job (DESIGN.md, "Tracking and versioning"): one stage per
 paper runs snakemake on that paper's targets, with params [profile, profiles, papers.<id>], deps on the
 paper's module plus the shared modules it imports (found by walking its imports) and the workflow
-itself, and outs results/<id> persisted (Snakemake owns and updates them). A `resources` stage builds
+itself, and outs results/<id> persisted (Snakemake owns and updates them). Its DVC params are its resolved
+settings (resolved/<id>.yaml, written by the `params` stage from params.yaml and the active profile). A
+`resources` stage builds
 the data, and `report` writes the claims report, with each paper's headline numbers as DVC metrics
 (reports/metrics/<id>.json) and its figures as DVC plots. So `dvc exp run -S papers.owl.sparsity=0.6` reruns
 only the owl stage and the report, and `dvc exp show` / `dvc metrics diff` compare the headline numbers.
@@ -26,6 +28,8 @@ WORKFLOW = ("Snakefile", "workflow/rules", "workflow/schemas")
 # The .venv that scripts/setup.sh makes (DVC runs cmds with the caller's PATH, where it may not be first).
 SNAKEMAKE = ".venv/bin/python -m snakemake --cores 8 --config profile=${profile} --"
 REPORT = ".venv/bin/python -m paperflow.cli report --profile ${profile}"
+RESOLVED = "resolved"
+RESOLVE = f".venv/bin/python -m paperflow.cli resolve-params --out {RESOLVED}"
 
 
 def _module_file(name: str) -> Path | None:
@@ -105,6 +109,15 @@ def dvc_stages() -> dict:
         # mostly SmolLM2); dvc.lock records their hashes (dvc status checks them) but a remote does not carry them
         "outs": [{f"resources/{RESOURCES[r].output}": {"persist": True, "cache": False}} for r in used],
     }
+    # Each paper's settings as its profile resolves them (resolved/<id>.yaml, written by `paperflow resolve-params`
+    # only when they change): a paper stage's DVC params are exactly the values its jobs use, so an edit of one
+    # profile's override reruns that paper alone, and `-S papers.<id>.<k>` on a key the active profile overrides
+    # reruns nothing (DVC recorded a value that was never used when stages read params.yaml directly, issue 26).
+    stages["params"] = {
+        "cmd": RESOLVE,
+        "deps": ["params.yaml", "src/paperflow/config.py"],
+        "outs": [{RESOLVED: {"cache": False, "persist": True}}],
+    }
     runner = [f"src/paperflow/{f}" for f in RUNNER]
     for spec in papers:
         module = Path(spec.module).resolve()
@@ -112,7 +125,7 @@ def dvc_stages() -> dict:
         deps += [f"resources/{RESOURCES[r].output}" for r in spec.resources]
         stages[spec.id] = {
             "cmd": f"{SNAKEMAKE} results/{spec.id}/metrics.csv",
-            "params": ["profile", "profiles", f"papers.{spec.id}"],
+            "params": [{f"{RESOLVED}/{spec.id}.yaml": None}],
             "deps": deps,
             "outs": [{f"results/{spec.id}": {"persist": True}}],
         }
@@ -123,9 +136,8 @@ def dvc_stages() -> dict:
     # be done" and leave the previous numbers in reports/metrics (issue 26). A report is cheap: always rebuild.
     stages["report"] = {
         "cmd": REPORT,
-        "params": ["profile", "profiles", "papers"],
         "deps": ["src/paperflow/report", "src/paperflow/spec.py", "src/paperflow/contract.py", "src/paperflow/prereg.py",
-                 "preregistration.lock"] + [f"results/{s.id}/metrics.csv" for s in papers],
+                 "preregistration.lock", RESOLVED] + [f"results/{s.id}/metrics.csv" for s in papers],
         "outs": [{f"reports/{name}": {"persist": True}} for name in ("claims.csv", "claims.md", "index.html")],
         # cached (not git-tracked: reports/ is ignored), so a DVC remote carries them with the rest of the report
         "metrics": [{f"reports/metrics/{s.id}.json": {"persist": True}} for s in papers],
