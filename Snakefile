@@ -34,6 +34,7 @@ include: "workflow/rules/report.smk"
 
 onstart:
     record_lock_owner()
+    write_resolved_params()
     init_tracking()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from conftest import PYTHON, SNAKEMAKE, run
+from conftest import PYTHON, ROOT, SNAKEMAKE, run
 
 DVC = [PYTHON, "-m", "dvc"]
 # Run a command as root would run it without CAP_DAC_OVERRIDE: like any user, it cannot write a read-only file.
@@ -25,6 +25,8 @@ PAPER, KNOB = "icl_functional_gd", "noise"  # a cheap smoke paper; its observati
 def _copy(workspace: Path, dest: Path) -> Path:
     shutil.copytree(workspace, dest, symlinks=True,
                     ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "logs", "locks", "incomplete"))
+    if not (dest / ".venv").exists():  # dvc.yaml's commands run .venv/bin/python (scripts/setup.sh makes it)
+        (dest / ".venv").symlink_to(ROOT / ".venv")
     return dest
 
 
@@ -62,6 +64,7 @@ def test_dvc_experiments_record_fresh_metrics_without_root_override(workspace, s
     assert KNOB in params["papers"][PAPER]
     text = (ws / "params.yaml").read_text().replace("\nprofile: default\n", "\nprofile: smoke\n", 1)
     (ws / "params.yaml").write_text(text)  # DVC's commands read the profile from params.yaml
+    run([PYTHON, "-m", "paperflow.cli", "resolve-params"], ws)  # what the params stage records for the smoke profile
     _git_commit(ws)
     run(DVC + ["commit", "--force"], ws, timeout=1800)  # record what Snakemake made (README "DVC")
     _git_commit(ws)

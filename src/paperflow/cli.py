@@ -173,29 +173,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_resolve_params(args: argparse.Namespace) -> int:
-    """resolved/<paper>.yaml: each paper's settings under the active profile, rewritten only when they change (the
-    DVC params of its stage, dvcgen.py); files of papers no longer registered are removed."""
-    import yaml
-
+    """resolved/<paper>.yaml: each paper's settings under params.yaml's profile (config.write_resolved)."""
     from . import config
-    from .artifacts import save_text
 
     root = find_root()
-    settings = config.load(root / "params.yaml", profile=args.profile)
-    out = root / args.out
-    out.mkdir(parents=True, exist_ok=True)
-    changed = []
-    for pid in settings.papers:
-        text = yaml.safe_dump({"profile": settings.profile, "seeds": list(settings.seeds(pid)), "config": settings.sections[pid]},
-                              sort_keys=True)
-        path = out / f"{pid}.yaml"
-        if not path.exists() or path.read_text() != text:
-            save_text(text, path)
-            changed.append(pid)
-    for stale in out.glob("*.yaml"):
-        if stale.stem not in settings.papers:
-            stale.unlink()
-    print(f"[paperflow] resolved params ({settings.profile}): {', '.join(changed) or 'unchanged'}")
+    params = config.read_params(root / "params.yaml")
+    if args.profile:
+        params["profile"] = args.profile
+    params["only"] = []  # every registered paper: DVC has a stage for each
+    plan = config.workflow_plan(params, cache=_cache(root, "paperflow-resolved.json"))
+    changed = config.write_resolved(root / args.out, plan)
+    print(f"[paperflow] resolved params ({plan['profile']}): {', '.join(changed) or 'unchanged'}")
     return 0
 
 

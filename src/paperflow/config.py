@@ -255,6 +255,28 @@ def workflow_plan(params: Mapping[str, Any], cache: str | Path | None = None) ->
     return cached(cache, [params, _code_fingerprint(plugins)], build)
 
 
+def write_resolved(out: str | Path, plan: Mapping[str, Any]) -> list[str]:
+    """resolved/<paper>.yaml from a workflow plan of params.yaml as written (its own profile): each paper's settings
+    as that profile resolves them, the DVC params of its stage (dvcgen.py). A file is rewritten only when its
+    content changes; files of papers no longer in the plan are removed. Returns the papers whose file changed."""
+    from .artifacts import save_text
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    changed = []
+    for pid, paper in sorted(plan["papers"].items()):
+        text = yaml.safe_dump({"profile": plan["profile"], "seeds": list(paper["seeds"]), "config": paper["section"]},
+                              sort_keys=True)
+        path = out / f"{pid}.yaml"
+        if not path.exists() or path.read_text() != text:
+            save_text(text, path)
+            changed.append(pid)
+    for stale in out.glob("*.yaml"):
+        if stale.stem not in plan["papers"]:
+            stale.unlink()
+    return changed
+
+
 def cached(cache: str | Path | None, key_parts: Any, build: Callable[[], Any]) -> Any:
     """build(), memoised in the JSON file `cache` under a hash of key_parts (params, code fingerprint):
     a hit returns without importing any paper module (torch, scipy)."""

@@ -116,7 +116,7 @@ def dvc_stages() -> dict:
     stages["params"] = {
         "cmd": RESOLVE,
         "deps": ["params.yaml", "src/paperflow/config.py"],
-        "outs": [{RESOLVED: {"cache": False, "persist": True}}],
+        "outs": [{RESOLVED: {"persist": True}}],  # cached: a DVC remote carries it with the results
     }
     runner = [f"src/paperflow/{f}" for f in RUNNER]
     for spec in papers:

@@ -179,9 +179,36 @@ def clear_stale_lock():
     for f in stale:
         f.unlink()
     LOCK_OWNER.unlink(missing_ok=True)
-    if stale:
-        print(f"paperflow: removed the lock left by workflow process {owner['pid']}, which died without releasing it "
-              f"(jobs it left incomplete are rerun: workflow/profiles/default sets rerun-incomplete)", file=sys.stderr)
+    if not stale:
+        return
+    others = [f for f in Path(".snakemake/locks").glob("*.lock")] if Path(".snakemake/locks").exists() else []
+    redo = [] if others else clear_incomplete()  # with another run holding a lock, its jobs may be running: leave them
+    print(f"paperflow: removed the lock left by workflow process {owner['pid']}, which died without releasing it"
+          + (f"; the {len(redo)} output(s) its jobs left incomplete are removed and will be rebuilt" if redo else ""),
+          file=sys.stderr)
+
+
+def clear_incomplete():
+    # Snakemake marks each running job's outputs in .snakemake/incomplete/ (file names: the output path, urlsafe
+    # base64, split into "@"-prefixed chunks) and refuses to start until --rerun-incomplete. When the run that owned
+    # them is dead, remove the marked outputs (partial or not: every artifact is written by rename, so an existing one
+    # is whole, but its job did not finish) and the markers: the jobs are then simply missing and rebuilt.
+    import base64
+
+    root = Path(".snakemake/incomplete")
+    removed = []
+    for marker in (p for p in root.rglob("*") if p.is_file()) if root.exists() else []:
+        parts = marker.relative_to(root).parts
+        try:
+            target = base64.urlsafe_b64decode("".join(p.lstrip("@") for p in parts).encode()).decode()
+        except ValueError:
+            continue
+        if target == "migration_underway":
+            continue
+        Path(target).unlink(missing_ok=True)
+        marker.unlink()
+        removed.append(target)
+    return removed
 
 
 def record_lock_owner():
@@ -192,6 +219,14 @@ def record_lock_owner():
 
 def release_lock_owner():
     LOCK_OWNER.unlink(missing_ok=True)
+
+
+def write_resolved_params():
+    # resolved/<paper>.yaml (the DVC params of each paper's stage, dvcgen.py) as params.yaml itself resolves them, so
+    # that `dvc commit` after a Snakemake run finds them (the plan is cached: no paper import on a hit)
+    file_params = pf_config.read_params("params.yaml")
+    file_params["only"] = []
+    pf_config.write_resolved("resolved", pf_config.workflow_plan(file_params, cache=Path(".snakemake/paperflow-resolved.json")))
 
 
 def init_tracking():
