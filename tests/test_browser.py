@@ -137,3 +137,27 @@ def test_mlflow_compare_view_shows_the_claim_metric(browser, workspace, smoke_ru
         assert (shots / f"mlflow_compare_{PAPER}.png").stat().st_size > 10_000
     finally:
         tracking_server.stop(workspace)
+
+
+def test_mlflow_experiment_opens_in_the_model_training_runs_table(browser, workspace, smoke_run):
+    """MLflow 3's UI opens experiments in its GenAI view unless the URL carries workflowType=machine_learning (its
+    default context is GenAI; the experiment's kind tag is read only when that selector is off). The README's links
+    carry it: the paper's runs are listed by name (issue 26)."""
+    from mlflow.tracking import MlflowClient
+
+    from paperflow import tracking, tracking_server
+
+    uri = tracking_server.start(workspace, tracking.default_uri(workspace))
+    try:
+        exp = MlflowClient(tracking_uri=uri).get_experiment_by_name(PAPER)
+        browser.get(tracking.ui_url(uri, exp.experiment_id))
+        deadline, text = time.time() + 90, ""
+        while time.time() < deadline and f"{PAPER}__" not in text:
+            time.sleep(1.0)
+            text = browser.find_element("tag name", "body").text
+        assert f"{PAPER}__" in text, text[:2000]  # run names of the runs table
+        shots = workspace / "reports" / "screenshots"
+        shots.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(shots / f"mlflow_runs_{PAPER}.png"))
+    finally:
+        tracking_server.stop(workspace)

@@ -48,6 +48,14 @@ _RETRYABLE = ("database is locked", "database table is locked", "unique constrai
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
+def ui_url(base: str, experiment_id: str | None = None) -> str:
+    """A link into the MLflow UI that opens the model-training view (runs table, Compare, charts): MLflow 3's UI
+    defaults to its GenAI view and reads the experiment's kind tag only when its workflow selector is off, so the
+    link carries workflowType=machine_learning (tests/test_browser.py checks the runs table appears)."""
+    route = f"#/experiments/{experiment_id}" if experiment_id else "#/experiments"
+    return f"{base.rstrip('/')}/{route}?workflowType=machine_learning"
+
+
 def default_uri(repo_root: str | Path) -> str:
     return f"sqlite:///{Path(repo_root).resolve() / 'mlflow.db'}"
 
