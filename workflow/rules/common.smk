@@ -236,7 +236,10 @@ def init_tracking():
 
     uri = tracking_server.start_for_workflow(Path.cwd())
     if uri:
-        print(f"paperflow: MLflow tracking server {uri} (store mlflow.db, log logs/mlflow_server.log)", file=sys.stderr)
+        from paperflow.tracking import ui_url
+
+        print(f"paperflow: MLflow tracking server {uri} (store mlflow.db, log logs/mlflow_server.log); runs: {ui_url(uri)}",
+              file=sys.stderr)
     shell(f"python3 -m paperflow.cli init-tracking --papers {' '.join(PAPERS)}")
     # Then the job fork server (paperflow/jobserver.py): torch and the papers imported once, a fork per job, so
     # a job starts in ~0.1 s instead of ~3 s; it inherits the tracking URI exported above. Jobs fall back to
