@@ -178,37 +178,82 @@ def test_config_validation():
         P.Config(div_margin=1.0)
 
 
+def test_frontier_gain_by_hand_and_derive():
+    pts = [(0.80, 0.30), (0.90, 0.20), (0.95, 0.10)]  # (diversity, coherence) of top-p 0.70 / 0.85 / 0.95
+    assert P.frontier_gain(pts, 0.85, 0.30) == (pytest.approx(0.30 - 0.25), True)  # midway: frontier 0.25
+    assert P.frontier_gain(list(reversed(pts)), 0.925, 0.10) == (pytest.approx(0.10 - 0.15), True)  # order-free
+    assert P.frontier_gain(pts, 1.00, 0.05) == (pytest.approx(0.05 - 0.0), False)  # end segment extended: 0.10 - 2 x 0.05
+    cfg = P.Config()
+    pts_rows = {"top_p_50": (0.70, 0.35), "top_p_70": pts[0], "top_p_85": pts[1], "top_p": pts[2], "typical": (0.96, 0.12),
+                "adaptive": (0.92, 0.22)}
+    rows = [{"variant": v, "seed": 0, "dense/diversity": d, "dense/coherence": c} for v, (d, c) in pts_rows.items()]
+    out = {r["variant"]: r for r in P.derive(cfg, rows)}
+    assert out["adaptive"]["dense/frontier_gain"] == pytest.approx(0.22 - 0.16)  # frontier at 0.92: 0.20 - 0.4 x 0.10
+    assert out["adaptive"]["dense/frontier_in_range"] == 1.0
+    assert {out[v]["dense/frontier_gain"] for v in P.FRONTIER_VARIANTS} == {0.0}
+    # pareto_top_p: min(0.22 - 0.10, 0.92 - 0.95 x 0.95) = 0.0175
+    assert out["adaptive"]["dense/pareto_top_p"] == pytest.approx(0.92 - 0.95 * 0.95)
+
+
+def test_lsa_scorer_and_mechanism_metrics_by_hand():
+    texts = ["the cat sat on the mat and the dog ran in the park " * 3, "ships sail the sea under stars and wind " * 3,
+             "kings and queens rule the castle with crowns " * 3]
+    lsa = P.fit_lsa(texts, dim=2, vocab=50, chunk=10)
+    assert lsa["basis"].shape == (len(lsa["words"]), 2) and lsa["words"][0] == "the"  # the word in most documents
+    e = P.lsa_embed(lsa, ["the cat sat on the mat", "The CAT sat on the mat!", "zzz qqq"])
+    assert torch.allclose(e[0], e[1]) and torch.equal(e[2], torch.zeros(2, dtype=e.dtype))
+    # idf by hand for a word in every document: log((1 + n) / (1 + n)) + 1 = 1
+    assert float(lsa["idf"][0]) == pytest.approx(1.0)
+    m = P.mechanism_metrics({"set_sizes": torch.tensor([[1, 4], [2, 8]]), "kept_mass": torch.tensor([[0.5, 0.7], [0.9, 0.9]])})
+    assert m["set_size"] == pytest.approx(3.75) and m["kept_mass"] == pytest.approx(0.75)
+    assert m["kept_mass_sd"] == pytest.approx(float(torch.tensor([0.5, 0.7, 0.9, 0.9]).std()))
+    assert m["log_set_size_sd"] == pytest.approx(float(torch.tensor([1.0, 4, 2, 8]).log().std()))
+
+
 def test_spec_path_on_a_tiny_llama(tmp_path):
     res = tiny_resources(tmp_path)
     cfg = P.Config(sources=("austen",), pieces_per_source=6, piece_chars=200, prompt_tokens=6, gen_tokens=8,
-                   n_prompts=4, batch=3, embed_batch=3, time_rounds=1)
+                   n_prompts=4, batch=3, embed_batch=3, time_rounds=1, lsa_dim=4, lsa_vocab=200, lsa_chunk_words=10)
     data = P.prepare(cfg, res)
-    assert data["windows_austen"].shape[1] == 14
+    assert data["windows_austen"].shape[1] == 14 and data["lsa"]["basis"].shape[1] == 4
     logged = []
     rows = []
     for v in P.VARIANTS:
         model = P.train(cfg, data, v, 0, lambda step, **kw: logged.append(kw))
         assert model["generated"].shape == (4, 8)
         assert bool((model["set_sizes"] >= 1).all())
+        mass = model["kept_mass"]
+        assert bool((mass > 0).all()) and bool((mass <= 1 + 1e-6).all())
+        if v in ("top_p", *P.FRONTIER):  # nucleus keeps at least its p
+            p = cfg.top_p if v == "top_p" else P.FRONTIER[v]
+            assert bool((mass >= p - 1e-6).all())
         dense = P.evaluate(cfg, model, data)
         # the NLLs recorded while generating are the terms of a separate forward's perplexity (KV cache = full pass)
         lm = P.frozen_smollm2(data["model_dir"])
         prompts = model["windows"][:, : cfg.prompt_tokens]
         assert dense["ppl"] == pytest.approx(continuation_ppl(lm, prompts, model["generated"], 3), rel=1e-4)
         levels = P.compress(cfg, model, data, v, 0)
-        assert set(levels) == {"int8"} and torch.equal(levels["int8"]["windows"], model["windows"])
-        int8 = P.evaluate(cfg, levels["int8"], data)
-        assert ("int8_speedup" in int8) == (v == "adaptive") and "int8_speedup" not in dense
-        assert int8["human_coherence"] == dense["human_coherence"]  # the same fp32 evaluator and reference
-        rows.append({"variant": v, "seed": 0, **{f"dense/{k}": x for k, x in dense.items()},
-                     **{f"compressed:int8/{k}": x for k, x in int8.items()}})
-        for m in (dense, int8):
-            assert 0 <= m["diversity"] <= 1 and -1 <= m["coherence"] <= 1 and m["ppl"] > 0
+        row = {"variant": v, "seed": 0, **{f"dense/{k}": x for k, x in dense.items()}}
+        if v not in P.INT8_VARIANTS:
+            assert levels == {}
+        else:
+            assert set(levels) == {"int8"} and torch.equal(levels["int8"]["windows"], model["windows"])
+            int8 = P.evaluate(cfg, levels["int8"], data)
+            assert ("int8_speedup" in int8) == (v == "adaptive") and "int8_speedup" not in dense
+            assert int8["human_coherence"] == dense["human_coherence"]  # the same scorer and reference
+            row.update({f"compressed:int8/{k}": x for k, x in int8.items()})
+        rows.append(row)
+        assert 0 <= dense["diversity"] <= 1 and -1 <= dense["coherence"] <= 1 and dense["ppl"] > 0
+        assert 0 <= dense["kept_mass_sd"] and dense["kept_mass"] <= 1 + 1e-6
     out = {r["variant"]: r for r in P.derive(cfg, rows)}
     t8, t32 = out["ref|int8_weights"]["dense/decode_step_s"], out["ref|fp32_weights"]["dense/decode_step_s"]
-    assert t8 > 0 and t32 > 0 and rows[-1]["compressed:int8/int8_speedup"] == pytest.approx(t32 / t8)
-    assert out["adaptive"]["compressed:int8/pareto"] == pytest.approx(
-        P.pareto_gap(cfg, out["adaptive"], [out["top_p"], out["typical"]], "compressed:int8"))
+    assert t8 > 0 and t32 > 0 and out["adaptive"]["compressed:int8/int8_speedup"] == pytest.approx(t32 / t8)
+    assert out["adaptive"]["compressed:int8/pareto_top_p"] == pytest.approx(
+        P.pareto_gap(cfg, out["adaptive"], [out["top_p"]], "compressed:int8"))
+    pts = [(out[v]["dense/diversity"], out[v]["dense/coherence"]) for v in P.FRONTIER_VARIANTS]
+    gain, inside = P.frontier_gain(pts, out["adaptive"]["dense/diversity"], out["adaptive"]["dense/coherence"])
+    assert out["adaptive"]["dense/frontier_gain"] == pytest.approx(gain)
+    assert out["adaptive"]["dense/frontier_in_range"] == float(inside)
     # the int8 model differs from the fp32 one, but only slightly
     lm8 = P.frozen_smollm2_int8(data["model_dir"])
     w, w8 = lm.model.layers[0].mlp.up_proj.weight, lm8.model.layers[0].mlp.up_proj.weight
@@ -219,4 +264,6 @@ def test_spec_path_on_a_tiny_llama(tmp_path):
     assert torch.equal(again["generated"], P.train(cfg, data, "adaptive", 0, lambda *a, **k: None)["generated"])
     assert not torch.equal(P.seed_prompts(cfg, data, 0), P.seed_prompts(cfg, data, 1))
     assert logged and "set_size" in logged[0]
-    assert {c.method for c in P.comparisons(cfg) if c.role != "fact"} == {"adaptive"}
+    judged = [c for c in P.comparisons(cfg) if c.role != "fact"]
+    assert {c.method for c in judged} == {"adaptive", "top_p_70"} and "top_p_50" in {c.baseline for c in judged}
+    assert all(f"dense/{c.metric}" in out[c.method] or c.stage == "compressed" for c in judged)

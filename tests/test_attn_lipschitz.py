@@ -123,34 +123,88 @@ def test_adversarial_sweep_grows_like_sqrt_n_then_flattens():
 def test_stages_on_a_tiny_llama(tmp_path):
     res = tiny_resources(tmp_path)
     cfg = P.Config(layers=(0, 1), tight_lengths=(2, 4, 8), knee_lengths=(4, 8, 16), late_from=8, power_iters=20,
-                   n_windows=2, calib_len=16)
+                   iid_lengths=(4, 8, 16), real_lengths=(4, 8, 16), n_windows=2, calib_len=16)
     data = P.prepare(cfg, res)
     assert set(data["weights"]) == {0, 1} and data["calib"][1]["qkv"].shape == (32,) and data["calib"][1]["o"].min() > 0
+    assert data["real"][1].shape == (2, 16, 32) and data["radius"][1] == pytest.approx(float(data["real"][1].norm(dim=-1).median()))
     for variant in P.VARIANTS:
         model = P.train(cfg, data, variant, 1, lambda step, **m: None)
         assert model["layer"] == 1
         metrics = P.evaluate(cfg, model, data)
         assert metrics["lip_over_bound"] <= 1.0 and math.isfinite(metrics["exp_tight"]) and "lip_knee@16" in metrics
+        for key in ("ratio_slope", "exp_adv", "adv_p_first", "adv_gap", "exp_iid", "iid_attn_kl"):
+            assert math.isfinite(metrics[key]), key
+        assert 0 < metrics["adv_p_first"] <= 1 and metrics["iid_attn_kl"] >= -1e-6
+        assert ("exp_real" in metrics) == (variant == "smollm2")  # real text only through the pretrained layer
         levels = P.compress(cfg, model, data, variant, 1)
         if variant == "random":
-            assert levels == {}
+            assert levels == {} and model["radius"] == pytest.approx(math.sqrt(32))
             assert not torch.equal(model["weights"]["q"], data["weights"][1]["q"])
             continue
+        assert model["radius"] == data["radius"][1]
         assert torch.equal(model["weights"]["q"], data["weights"][1]["q"])
         pruned = levels["0.50"]
         for key in ("q", "k", "v", "o"):  # Wanda: exactly half of every output row pruned
             assert torch.equal((pruned["weights"][key] == 0).sum(1), torch.full((pruned["weights"][key].shape[0],), 16))
         m = P.evaluate(cfg, pruned, data)
-        assert math.isfinite(m["exp_tight"]) and "exp_late" not in m  # the knee sweep runs on dense models only
+        assert math.isfinite(m["ratio_slope"]) and "exp_late" not in m and "exp_iid" not in m  # dense-only sweeps
     rows = [{"paper": "attn_lipschitz", "variant": "smollm2", "seed": 1, "dense/exp_tight": 0.4,
-             "compressed:0.50/exp_tight": 0.45}]
+             "dense/bound_exp_real": 0.55, "compressed:0.50/ratio_slope": 0.05}]
     views = {r["variant"]: r for r in P.derive(cfg, rows)}
-    assert views["smollm2|theory"]["dense/exp_tight"] == 0.5 and views["smollm2|theory"]["compressed:0.50/exp_tight"] == 0.5
-    assert views["smollm2|bound"]["dense/lip_over_bound"] == 1.0
+    assert views["smollm2|theory"]["dense/exp_tight"] == 0.5 and views["smollm2|theory"]["compressed:0.50/ratio_slope"] == 0.0
+    assert views["smollm2|bound"]["dense/lip_over_bound"] == 1.0 and views["smollm2|bound"]["dense/exp_real"] == 0.55
     for c in P.comparisons(cfg):
         assert c.method in P.VARIANTS and c.baseline in {f"{v}|{k}" for v in P.VARIANTS for k in ("theory", "bound")}
     with pytest.raises(ConfigError, match="layers"):
         P.prepare(P.Config(layers=(5,)), res)
+
+
+def test_fixed_radius_inputs_have_the_models_own_gap():
+    """radius_inputs puts the special token at norm R, so the logit gap is R^2 lam_max / 4 (hand-made head A = diag(1,
+    0.1): lam_max = 1, [u, u/2, ...] with u = e_1) and the attention weight on it is e^g / (e^g + n - 1)."""
+    w = {"q": torch.eye(2), "k": torch.diag(torch.tensor([1.0, 0.1])), "v": torch.eye(2), "o": torch.eye(2),
+         "n_heads": 1, "n_kv_heads": 1, "head_dim": 2}
+    radius = 2.0
+    gap = radius ** 2 * 1.0 / 4 / math.sqrt(2)  # A_h = W_Q^T W_K / sqrt(d_h)
+    xs = P.radius_inputs(w, (4, 16), radius)
+    assert float(xs[0][0].norm()) == pytest.approx(radius)
+    for x, n in zip(xs, (4, 16)):
+        p = P.attention_probs(x, w)
+        # query i (>= 2) sees the special token and i - 1 copies: weight e^g / (e^g + i - 1); the mean over queries 2..n
+        expected = np.mean([math.exp(gap) / (math.exp(gap) + i - 1) for i in range(2, n + 1)])
+        assert P.special_weight(p)[0] == pytest.approx(expected, rel=1e-5)
+        s = P.attention_logits(x, w)
+        assert float(s[0, -1, 0] - s[0, -1, 1]) == pytest.approx(gap, rel=1e-5)
+
+
+def test_kl_from_uniform_is_zero_for_uniform_attention_and_log_i_for_one_hot():
+    n = 8
+    uniform = torch.tril(torch.ones(n, n)) / torch.arange(1, n + 1)[:, None]
+    assert P.kl_from_uniform(uniform[None]) == pytest.approx(0.0, abs=1e-6)
+    one_hot = torch.zeros(1, n, n)
+    one_hot[0, :, 0] = 1.0  # every query on token 1: KL = log(i)
+    assert P.kl_from_uniform(one_hot) == pytest.approx(float(np.mean(np.log(np.arange(n // 2 + 1, n + 1)))), rel=1e-6)
+
+
+def test_claims_rows_can_come_out_not_reproduced():
+    """The headline verdicts follow the model: a ratio slope of -0.4 (L falls behind the bound) is `not reproduced`,
+    and attention that does not concentrate makes the row `not testable`."""
+    import polars as pl
+
+    from paperflow.report.claims import claims_rows
+
+    cfg = P.Config()
+    head = [c for c in P.comparisons(cfg) if c.role == "headline"][0]
+    spec = __import__("dataclasses").replace(P.SPEC, comparisons=lambda _cfg: [head])
+
+    def table(slope, p_first):
+        rows = [{"paper": "attn_lipschitz", "variant": "smollm2", "seed": s, "dense/ratio_slope": slope + 0.01 * (s % 3),
+                 "dense/adv_p_first": p_first} for s in range(10)]
+        return pl.DataFrame(P.derive(cfg, rows))
+
+    assert claims_rows(spec, cfg, table(-0.02, 0.99), "default")[0]["verdict"] == "reproduced"
+    assert claims_rows(spec, cfg, table(-0.4, 0.99), "default")[0]["verdict"] == "not reproduced"
+    assert claims_rows(spec, cfg, table(-0.02, 0.2), "default")[0]["verdict"] == "not testable"
 
 
 def test_wanda_calibration_matches_the_block_inputs(tmp_path):
@@ -160,7 +214,7 @@ def test_wanda_calibration_matches_the_block_inputs(tmp_path):
     from paperflow.data.smollm2 import load_smollm2
 
     res = tiny_resources(tmp_path)
-    data = P.prepare(P.Config(layers=(1,), n_windows=2, calib_len=16), res)
+    data = P.prepare(P.Config(layers=(1,), n_windows=2, calib_len=16, real_lengths=(8, 16)), res)
     ids = P.load_tokenizer(res["smollm2"])(json.loads(open(res["austen"]).read())["Emma"])["input_ids"]
     step = len(ids) // 2
     windows = torch.tensor([ids[i * step:i * step + 16] for i in range(2)])
@@ -178,3 +232,5 @@ def test_config_errors():
         P.Config(late_from=100000)
     with pytest.raises(ConfigError, match="sparsity"):
         P.Config(sparsity=1.0)
+    with pytest.raises(ConfigError, match="real_lengths"):
+        P.Config(real_lengths=(64, 512), calib_len=256)

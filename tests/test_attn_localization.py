@@ -148,6 +148,11 @@ def test_spec_end_to_end_on_synthetic_text(tmp_path):
         # equal tuning: three grid values each, the kept one has the lowest tuning loss
         scores = [res[f"val_score@{i}"] for i in range(3)]
         assert res["tuned_lr"] == cfg.lr_grid[scores.index(min(scores))]
+        # equal-lr metrics: one per grid lr, their mean, and the tuned run's value at its own index
+        k = int(res["tuned_lr_index"])
+        assert res[f"attn_entropy_lr{k}"] == pytest.approx(res["attn_entropy"])
+        assert res["rank_res_eq"] == pytest.approx(sum(res[f"rank_res_lr{i}"] for i in range(3)) / 3)
+        assert res["qk_eig_conc_eq"] >= 0 and res["qk_norm_eq"] > 0
         levels = spec.compress(cfg, model, data, variant, 0)
         assert set(levels) == {"0.50", "0.80"}
         st = levels["0.50"]["state"]
@@ -155,12 +160,14 @@ def test_spec_end_to_end_on_synthetic_text(tmp_path):
         zeros = sum(int((st[k] == 0).sum()) for k in blocks)
         assert zeros == int(0.5 * sum(st[k].numel() for k in blocks))  # one global threshold over the blocks
         assert torch.equal(st["tok.weight"], model["state"]["tok.weight"])  # embeddings kept
-        assert math.isfinite(spec.evaluate(cfg, levels["0.80"], data)["val_loss"])
+        pruned = spec.evaluate(cfg, levels["0.80"], data)
+        assert math.isfinite(pruned["val_loss"]) and "attn_entropy_eq" not in pruned  # equal-lr: trained models only
     assert results["locater"]["n_params"] == results["standard"]["n_params"]
     assert any("grid2/val/loss" in m for _, _, m in logged) and any("grid0/train/loss" in m for _, _, m in logged)
     rows = spec.comparisons(cfg)
     assert {r.method for r in rows} <= set(spec.variants) and {r.baseline for r in rows} <= set(spec.variants)
-    assert [r.role for r in rows].count("headline") == 1
+    assert [r.role for r in rows].count("headline") == 2  # entropy higher AND rank_res not lower (the abstract's two)
+    assert all(r.refuted_if and r.mechanism_gates for r in rows if r.role == "headline")
 
 
 def test_penalty_shrinks_the_spectrum_and_training_is_deterministic(tmp_path):
@@ -173,6 +180,14 @@ def test_penalty_shrinks_the_spectrum_and_training_is_deterministic(tmp_path):
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
     base, _ = M.fit(cfg, data, "standard", 3, 3e-3, 0.0, quiet)
     assert M.spectrum_metrics(a)["qk_reg"] < M.spectrum_metrics(base)["qk_reg"]
+
+
+def test_concentration_of_a_shifted_spectrum_by_hand():
+    # eigenvalues 2 +- 0.5 i (W = [[2, -0.5], [0.5, 2]]): mean 2, variance 0.25 -> |m| / s = 2 / 0.5 = 4 (regime);
+    # the traceless rotation [[0, -1], [1, 0]]: mean 0 -> 0 (no regime, whatever the variance)
+    for W, expect in ((torch.tensor([[2.0, -0.5], [0.5, 2.0]]), 4.0), (torch.tensor([[0.0, -1.0], [1.0, 0.0]]), 0.0)):
+        m, v = M.eig_stats(W)
+        assert float(M.concentration(m, v)) == pytest.approx(expect, abs=1e-9)
 
 
 def test_config_validation():

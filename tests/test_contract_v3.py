@@ -17,22 +17,12 @@ from paperflow.spec import Comparison, Gate, PaperSpec
 import synthetic_claims
 
 SPECS = list_papers()
-# The first 22 papers get contract v3 in the next issue (their reviews' findings); until then their headlines are
-# checked for falsifiability only. The list may only shrink: a paper that passes the contract must leave it.
-V3_PENDING = {
-    "dcmha", "owl", "fairgrad", "lococo", "id_vl_pruning", "kd_ranking", "spikezip", "stata", "slab", "iffn_agelu",
-    "tinytrain", "fedlmt", "loraplus", "ether", "mola", "adaptive_decoding", "mad_debate", "eureka",
-    "attn_localization", "attn_lipschitz", "icl_functional_gd", "traveling_waves",
-}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.id)
 def test_contract(spec):
+    """Every paper meets contract v3 (the first 22 joined in issue 25; no paper is exempt)."""
     problems = contract_problems(spec, spec.make_config({}))
-    if spec.id in V3_PENDING:
-        if problems:
-            pytest.xfail("contract v3 for the first 22 papers is the next issue: " + "; ".join(problems[:2]))
-        pytest.fail(f"{spec.id} meets contract v3: remove it from V3_PENDING")
     assert not problems, "\n".join(problems)
 
 

@@ -231,6 +231,33 @@ def test_training_is_deterministic_per_seed(tmp_path):
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 
 
+def test_composition_stats_by_hand():
+    """dyn_scale / dyn_spread (the mechanism gate's metric): 0 with the dynamic weights zeroed; with only the gates
+    W_g on, D_q(t) = diag(tanh(x_t W_g)) and D_k(s) = diag(tanh(x_s W_g')), so RMS over the H*H entries is
+    sqrt(mean(g^2) / H), checked against the gate values computed here by hand."""
+    torch.manual_seed(0)
+    net = M.build_model(M.make_arch(M.Config(d_model=16, n_head=4, n_layer=1, block_size=8), "dcmha", 11))
+    attn = net.blocks[0].attn
+    with torch.no_grad():
+        attn.qkw.zero_()
+        attn.dd.weight.zero_()
+    idx = torch.randint(0, 11, (3, 8))
+    stats = M.composition_stats(net, idx)
+    assert stats["dyn_scale"] == pytest.approx(0.0, abs=1e-12) and stats["dyn_spread"] == pytest.approx(0.0, abs=1e-12)
+    with torch.no_grad():
+        attn.dd.weight.normal_(0, 0.5)
+    x = net.blocks[0].norm1(net.tok(idx) + net.pos(torch.arange(8)))
+    g = torch.tanh(x @ attn.dd.weight.T)  # (B, T, 4N): pre-q, pre-k, post-q, post-k gates
+    H = 4
+    expect_scale = torch.stack([(g[..., c * H:(c + 1) * H].pow(2).mean() / H).sqrt() for c in range(4)]).mean()
+    expect_spread = torch.stack([((g[..., c * H:(c + 1) * H] - g[..., c * H:(c + 1) * H].mean((0, 1))).pow(2).mean() / H).sqrt()
+                                 for c in range(4)]).mean()
+    stats = M.composition_stats(net, idx)
+    assert stats["dyn_scale"] == pytest.approx(float(expect_scale), rel=1e-5)
+    assert stats["dyn_spread"] == pytest.approx(float(expect_spread), rel=1e-5)
+    assert M.composition_stats(M.build_model(M.make_arch(M.Config(d_model=16, n_head=4, n_layer=1), "mha", 11)), idx) == {}
+
+
 def test_config_validation():
     from paperflow.spec import ConfigError
 

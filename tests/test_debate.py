@@ -135,7 +135,9 @@ def test_multi_persona_judge_ends_early_or_runs_all_rounds_plus_final():
     assert D.run_multi_persona(led, cfg, -1) == ["B"] and led.calls.tolist() == [3]  # angel, devil, judge
     agent = Debaters(decide=None)
     led = D.Ledger(agent, _qs(1))
-    assert D.run_multi_persona(led, cfg, 9) == ["B"]
+    record = []
+    assert D.run_multi_persona(led, cfg, 9, record) == ["B"]
+    assert len(record) == 3 and set(record[0]) == {D.AFFIRMATIVE, D.NEGATIVE} and set(record[0][D.NEGATIVE]) == {0}
     assert led.calls.tolist() == [3 * 3 + 1]  # 3 rounds of (angel, devil, judge) + the final-mode judge
     assert led.answer_calls == 3 * 2 + 1  # universal-mode judge calls carry no answer (not in the parse rate)
     # the devil's instruction carries the agreement intensity; the angel's later turns see the devil as the user

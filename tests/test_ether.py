@@ -54,9 +54,14 @@ def test_sweep_groups_move_only_the_adapter_lr(tiny):
 def test_spec_path_grid_and_robustness_metrics(tiny):
     cfg, data = tiny
     spec = get_paper("ether")
-    assert tuple(spec.variants) == et.METHODS and spec.derive is None
+    assert tuple(spec.variants) == et.METHODS + ("head",) and spec.derive is et.derive
     dense = {}
-    for variant in spec.variants:
+    head = spec.train(cfg, data, "head", 0, lambda step, **m: None)
+    assert spec.compress(cfg, head, data, "head", 0) == {}  # nothing adapted: nothing to merge or prune
+    h = spec.evaluate(cfg, head, data)
+    assert h["grid_size"] == 1 and h["lr"] == cfg.head_lr  # the adapter runs' head, adapter removed
+    assert h["params"] == 0 and h["trainable_params"] == 32 * 6 + 6  # the head only (tiny llama d 32, 6 classes)
+    for variant in et.METHODS:
         model = spec.train(cfg, data, variant, 0, lambda step, **m: None)
         comp = spec.compress(cfg, model, data, variant, 0)
         assert set(comp) == {"merged", "0.50"}
@@ -72,6 +77,37 @@ def test_spec_path_grid_and_robustness_metrics(tiny):
     # LoRA r=2 on the tiny layer: r (in + out) per linear
     dims = [(32, 32), (32, 16), (32, 16), (32, 32), (32, 64), (32, 64), (64, 32)]
     assert dense["lora"]["params"] == sum(2 * (i + o) for i, o in dims)
+
+
+def test_derive_adds_the_head_only_reference_scaled_by_the_margin():
+    """head|margin = acc_head / (1 - close_margin): LoRA beats it iff head-only lies more than the margin
+    (relative to LoRA) below LoRA; by hand: 0.57 / 0.95 = 0.6."""
+    cfg = et.Config(close_margin=0.05)
+    rows = [{"paper": "ether", "variant": "head", "seed": 0, "dense/acc": 0.57},
+            {"paper": "ether", "variant": "lora", "seed": 0, "dense/acc": 0.7}]
+    out = et.derive(cfg, rows)
+    view = [r for r in out if r["variant"] == et.HEAD_MARGIN]
+    assert len(out) == 3 and len(view) == 1 and view[0]["dense/acc"] == pytest.approx(0.6)
+
+
+def test_the_headline_needs_lora_to_beat_head_only_by_the_margin():
+    """The mechanism gate reads the runs: LoRA above head-only by less than the margin makes the headline
+    `not testable`, by more lets it be judged (synthetic tables; 6 seeds)."""
+    import polars as pl
+
+    from paperflow.report.claims import claims_rows
+
+    spec, cfg = get_paper("ether"), et.Config()
+    def table(head_acc):
+        rows = []
+        for s in range(6):
+            j = 0.002 * (s % 3)
+            rows += [{"paper": "ether", "variant": v, "seed": s, "dense/acc": a + j * k, "dense/grid_edge": 0.0}
+                     for k, (v, a) in enumerate((("lora", 0.70), ("ether_plus", 0.69), ("head", head_acc)))]
+        return pl.DataFrame(et.derive(cfg, rows))
+    head_row = lambda t: [r for r in claims_rows(spec, cfg, t, "default") if r["role"] == "headline"][0]  # noqa: E731
+    assert head_row(table(0.68))["verdict"] == "not testable"  # head-only within the margin: the claim is empty
+    assert head_row(table(0.50))["verdict"] == "reproduced"
 
 
 def test_parameter_ratio_facts_on_the_smollm2_layer_shapes():

@@ -178,3 +178,40 @@ def test_early_qk_gradient_norm_matches_a_hand_computed_first_step():
 def test_config_validation(bad):
     with pytest.raises(ConfigError):
         eu.Config(**bad)
+
+
+def test_row_spread_hand_computed_and_temp_active_counter():
+    """temp_active counts the attention rows whose gamma(a) < sqrt(d_h): where NormSoftmax's temperature is below
+    softmax's (elsewhere NormSoftmax is plain softmax). Rows [0,1,2]: var 2/3, std 1; [0,10,20]: var 66.7, std 10."""
+    a = torch.tensor([[0.0, 1.0, 2.0], [0.0, 10.0, 20.0]])
+    torch.testing.assert_close(eu.row_spread(a, "var"), torch.tensor([[2 / 3], [200 / 3]]))
+    torch.testing.assert_close(eu.row_spread(a, "std"), torch.tensor([[1.0], [10.0]]))
+    attn = eu.EurekaAttention(8, 2, "softmax")  # d_h = 4: cap sqrt(4) = 2
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 8)
+    for mode in eu.MODES:
+        attn.mode, attn.track, attn.track_gamma = mode, [0, 0], "var"
+        attn.train()
+        with torch.no_grad():
+            attn(x)
+            q, k, _ = attn.qkv(x).view(3, 5, 3, 2, 4).permute(2, 0, 3, 1, 4)
+            expect = int((eu.row_spread(q @ k.transpose(-2, -1), "var") < 2.0).sum())
+        assert attn.track == [expect, 3 * 2 * 5]  # the same count whatever the mode (softmax: where the fix would act)
+        attn.eval()
+        with torch.no_grad():
+            attn(x)  # evaluation forwards are not counted
+        assert attn.track == [expect, 30]
+    attn.track = None
+    attn(x)  # no counter: nothing recorded, no error
+
+
+def test_headline_gates_and_temp_active_logged():
+    cfg = eu.Config(cell=7, patch=7, n_fashion_train=30, n_test=16, n_curve=8, d_model=16, n_layer=1, n_head=2, grad_steps=2,
+                    steps=4, batch_size=8, warmup=1, eval_every=2, eval_batch=8)
+    data = _synthetic_data(cfg)
+    m = eu.evaluate(cfg, eu.train(cfg, data, "normsoftmax", 0, None), data)
+    assert 0.0 <= m["temp_active"] <= 1.0 and m["n_params"] > 0
+    head = [r for r in eu.comparisons(cfg) if r.role == "headline"][0]
+    assert [g.kind for g in head.gates] == ["precondition", "mechanism"]
+    assert head.mechanism_gates[0].metric == "temp_active" and head.mechanism_gates[0].variant == "normsoftmax"
+    assert head.refuted_if

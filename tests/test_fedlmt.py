@@ -117,7 +117,34 @@ def test_config_validation_and_comparisons():
     head = [r for r in rows if r.role == "headline"]
     assert len(head) == 1 and (head[0].method, head[0].baseline) == ("fedlmt", "heterofl")
     assert all(r.role == "fact" for r in rows if r.metric in ("comm_params", "client_flops"))
-    assert {g.variant for g in head[0].gates} == {"fedlmt", "heterofl"} and all(g.metric == "grid_edge" for g in head[0].gates)
+    edges = [g for g in head[0].gates if g.kind == "grid_edge"]
+    assert {g.variant for g in edges} == {"fedlmt", "heterofl"} and all(g.metric == "grid_edge" for g in edges)
+    mech = head[0].mechanism_gates
+    assert [(g.variant, g.metric, g.above) for g in mech] == [("fedavg", "rank_tail_energy", P.TAIL_MIN)]
+    assert head[0].refuted_if and head[0].fidelity == "reconstruction"
+
+
+def test_rank_tail_energy_by_hand():
+    """Share of squared singular values beyond rank round(ratio * out): diagonal layers with known spectra."""
+    cfg = P.Config(rank_ratio=0.25)
+    state = P.init_model(P.make_arch(cfg)).state_dict()
+    c1, c2, c3 = cfg.channels
+    # body.0: conv (c2, c1, 3, 3) whose matrix view (3 c2, 3 c1) = (96, 48) has singular values 48..1
+    sv = torch.arange(3 * c1, 0, -1).double()
+    m0 = torch.zeros(3 * c2, 3 * c1)
+    m0[torch.arange(3 * c1), torch.arange(3 * c1)] = sv.float()
+    state["body.0.weight"] = m0.reshape(c2, 3, c1, 3).permute(0, 2, 1, 3).contiguous()
+    state["body.1.weight"] = torch.zeros_like(state["body.1.weight"])
+    state["body.1.weight"].view(c3, -1)[0, 0] = 1.0  # rank 1: no tail
+    fc = torch.zeros_like(state["body.2.weight"])
+    fc[: cfg.hidden, : cfg.hidden] = torch.eye(cfg.hidden)  # flat spectrum: tail = 1 - r / hidden
+    state["body.2.weight"] = fc
+    r0, r2 = round(0.25 * c2), round(0.25 * cfg.hidden)
+    want0 = float((sv[r0:] ** 2).sum() / (sv ** 2).sum())
+    want = (want0 + 0.0 + (1 - r2 / cfg.hidden)) / 3
+    assert P.rank_tail_energy(cfg, state) == pytest.approx(want, rel=1e-9)
+    low = P.init_model(P.make_arch(cfg, cfg.rank_ratio, 0)).state_dict()  # FedLMT: already rank r
+    assert P.rank_tail_energy(cfg, low) < 1e-10
 
 
 # ---------------------------------------------------------------------------------------------- end to end

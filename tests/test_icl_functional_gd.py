@@ -180,3 +180,34 @@ def _roundtrip(obj):
     torch.save(obj, buf)
     buf.seek(0)
     return buf
+
+
+def test_headline_gates_and_verdicts():
+    """Contract v3: the headline carries a mechanism gate on the logged fgd_gap (the matched transformer IS functional
+    GD in the data kernel's RKHS) and says what refutes it; a table where the matched activation loses reads
+    `not reproduced`, one where the matched transformer does not track FGD reads `not testable`."""
+    import dataclasses
+
+    import polars as pl
+
+    from paperflow.report.claims import claims_rows
+
+    cfg = P.Config()
+    head = [r for r in P.comparisons(cfg) if r.role == "headline"][0]
+    assert head.refuted_if and [g.metric for g in head.mechanism_gates] == ["fgd_gap"]
+    spec = dataclasses.replace(P.SPEC, comparisons=lambda _cfg: [head])
+
+    def table(matched, swapped, gap):
+        rows = []
+        for s in range(10):
+            j = 0.01 * (s % 3)
+            rows += [{"variant": "on|matched", "seed": s, "dense/rel_err": matched + j, "dense/r2": 0.8, "dense/fgd_gap": gap},
+                     {"variant": "on|swapped", "seed": s, "dense/rel_err": swapped + 2 * j, "dense/r2": 0.7},
+                     {"variant": "on|fgd", "seed": s, "dense/rel_err": 4.0 + j},
+                     {"variant": "on|fgd_swap", "seed": s, "dense/rel_err": 5.0 + 2 * j}]
+        return pl.DataFrame(rows)
+
+    verdict = lambda t: claims_rows(spec, cfg, t, "default")[0]["verdict"]
+    assert verdict(table(3.0, 4.0, 0.05)) == "reproduced"
+    assert verdict(table(4.5, 4.0, 0.05)) == "not reproduced"
+    assert verdict(table(3.0, 4.0, 0.30)) == "not testable"

@@ -111,3 +111,31 @@ def test_descriptions_split_and_tokens():
 def test_config_validation(bad):
     with pytest.raises(ConfigError):
         P.SPEC.make_config(bad)
+
+
+def test_id_spread_hand_computed():
+    """id_cv = population std / mean, id_max_ratio = max / min over every pruned matrix of both towers."""
+    out = P.id_spread({"vision": {"a": 2.0, "b": 4.0}, "text": {"c": 6.0}})
+    assert out["id_cv"] == pytest.approx(math.sqrt(8 / 3) / 4.0)  # mean 4, var (4 + 0 + 4) / 3
+    assert out["id_max_ratio"] == pytest.approx(3.0)
+    assert P.id_spread({"vision": {"a": 5.0, "b": 5.0}})["id_cv"] == 0.0
+
+
+def test_equal_ids_make_id_weighting_the_plain_importance():
+    """The mechanism gate's premise: with one global threshold only the ratios of the layer IDs matter."""
+    gen = torch.Generator().manual_seed(1)
+    params = {"a": torch.randn(8, 16, generator=gen), "b": torch.randn(32, 8, generator=gen)}
+    platon = P.PlatonScore(params, 0.85, 0.95, 1)
+    for step in range(3):
+        platon.update(step, params, {n: torch.randn(p.shape, generator=gen) for n, p in params.items()})
+    same = P.criterion_masks("id_weighted", params, platon, {"a": 7.0, "b": 7.0}, 0.5)
+    plain = P.criterion_masks("importance", params, platon, {}, 0.5)
+    assert all(torch.equal(same[n], plain[n]) for n in params)
+
+
+def test_headline_is_id_weighted_vs_importance_with_the_id_spread_gate():
+    cfg = P.SPEC.make_config({})
+    head = [c for c in P.comparisons(cfg) if c.role == "headline"]
+    assert len(head) == 1 and head[0].method == "dual|id_weighted" and head[0].baseline == "dual|importance"
+    gate = head[0].mechanism_gates[0]
+    assert gate.column == "compressed:0.80/id_cv" and gate.above == P.ID_CV_MIN

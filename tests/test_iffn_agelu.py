@@ -96,6 +96,12 @@ def test_ffn_small_is_flops_matched_and_iffn_is_cheaper_than_ffn4x():
     assert nets["iffn"].blocks[0].ffn.fc1.out_features == 2 * cfg.d_model
     assert nets["ffn4x"].blocks[0].ffn.fc1.out_features == 4 * cfg.d_model
     assert P.make_arch(P.Config(small_ratio=2.0), "ffn_small")["vit"]["mlp_ratio"] == 2.0
+    # the ablation: the same IFFN without the spatial part (no depth-wise conv / BN), so it costs exactly FC1 + FC2
+    nose = nets["iffn_nose"].blocks[0].ffn
+    assert nose.se is None and nets["iffn"].blocks[0].ffn.se is not None and len(nose.branches) == 2
+    n_tok = nets["iffn"].cfg.n_tokens
+    assert ffn["iffn_nose"] == cfg.n_layer * 2 * n_tok * (cfg.d_model * 2 * cfg.d_model + 4 * cfg.d_model * cfg.d_model)
+    assert ffn["iffn_nose"] < ffn["iffn"]
 
 
 def _fake_fashion(path, n_train=256, n_test=64, seed=0):
@@ -138,8 +144,13 @@ def test_spec_end_to_end_on_synthetic_images(tmp_path):
     rows = SPEC.comparisons(cfg)
     assert [(r.metric, r.baseline, r.role) for r in rows] == [
         ("acc", "ffn4x", "headline"), ("flops", "ffn4x", "fact"), ("params", "ffn4x", "fact"), ("flops", "iffn", "fact"),
-        ("acc", "ffn_small", "secondary"), ("acc", "ffn4x", "secondary")]
+        ("acc", "ffn_small", "secondary"), ("acc", "ffn_small", "secondary"), ("acc", "iffn_nose", "secondary"),
+        ("flops", "iffn", "fact"), ("acc", "ffn_small", "control"), ("acc", "ffn4x", "secondary")]
     assert rows[-1].stage == "compressed" and rows[-1].level == "0.50"
+    head = rows[0]  # contract v3: the 4x FFN must beat the small plain FFN, else "close to it" is vacuous
+    assert head.refuted_if and [g.kind for g in head.mechanism_gates] == ["mechanism"]
+    gate = head.mechanism_gates[0].comparison
+    assert (gate.metric, gate.method, gate.baseline, gate.better) == ("acc", "ffn4x", "ffn_small", "higher")
     assert SPEC.tradeoff == ("flops", "acc")
 
 

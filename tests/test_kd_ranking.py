@@ -100,8 +100,14 @@ def test_config_validation_and_comparisons():
         P.Config(sparsities=(0.5, 0.8), prune_level=0.7)
     comps = P.comparisons(cfg)
     cols = [(c.method, c.baseline, c.column) for c in comps]
-    assert ("kd|rank", "kd|kl", "compressed:w32/acc") in cols and cols[0] == ("kd|rank", "kd|kl", "compressed:w32/drop")
-    assert comps[0].role == "headline" and comps[0].gates[0].comparison.column == "compressed:w32/drop"
+    assert cols[0] == ("kd|rank", "kd|kl", "compressed:w32/acc") and ("kd|rank", "kd|kl", "compressed:w32/drop") in cols
+    head = comps[0]
+    assert head.role == "headline" and head.refuted_if and [g.kind for g in head.gates] == ["mechanism", "mechanism"]
+    assert head.gates[0].column == "dense/ece_gap" and head.gates[0].above == P.ECE_GAP_MIN
+    assert head.gates[1].comparison.column == "dense/student_acc_largest"
+    assert (head.gates[1].comparison.method, head.gates[1].comparison.baseline) == ("kd|rank", "kd|none")
+    drop = next(c for c in comps if c.metric == "drop")
+    assert drop.role == "secondary" and drop.gates[0].comparison.column == "compressed:w32/drop"
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -166,6 +172,12 @@ def test_end_to_end_through_spec(tmp_path):
         assert r["compressed:w24/teacher_ece"] == dense["ece_w24"]
         assert r["compressed:pruned0.50/acc"] == row[f"compressed:{loss}_pruned0.50/acc"]
     assert out["kd|none"]["compressed:w24/drop"] == 0.0  # one student for every teacher
+    for loss in P.LOSSES:  # width-independent mechanism columns
+        assert out[f"kd|{loss}"]["dense/student_acc_largest"] == row[f"compressed:{loss}_w24/acc"]
+        assert out[f"kd|{loss}"]["dense/ece_gap"] == pytest.approx(dense["ece_w24"] - dense["ece_w8"])
     assert "dense/corr_acc_ece" not in out["kd|none"]  # none: constant accuracy, no correlation
     for c in spec.comparisons(cfg):
         assert c.column in out[c.method] and c.column in out[c.baseline], c.text
+        for g in c.gates:
+            cols = [g.comparison.column] if g.comparison is not None else [g.column]
+            assert all(col in out[g.comparison.method if g.comparison is not None else g.variant] for col in cols), g.text

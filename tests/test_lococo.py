@@ -144,18 +144,32 @@ def test_lococo_spec_path_tiny_llama(tmp_path):
         assert spec.compress is None and spec.compression_exempt  # the cache policy is the compression
         metrics[variant] = spec.evaluate(cfg, model, data)
         assert all(math.isfinite(v) for v in metrics[variant].values())
-        if variant != "full":  # every fixed-size policy tuned its knob on a 3-value grid (equal tuning)
+        if variant not in ("full", "lococo_init"):  # every fixed-size policy tuned its knob on a 3-value grid
             scores = [metrics[variant][f"val_score@{i}"] for i in range(3)]
             assert scores.index(min(scores)) == metrics[variant][[k for k in metrics[variant] if k.endswith("_index")][0]]
             assert "grid_edge" in metrics[variant]
         if variant == "lococo":
-            assert logged and "state" in model and {k.rsplit("_", 1)[-1] for m in logged for k in m} == {"lr0", "lr1", "lr2"}
+            # the lr was tuned once in prepare (on the reserved windows); the seed trains train_steps at it
+            assert metrics[variant]["tuned_lr"] == data["lococo_tuning"]["tuned_lr"]
+            assert logged and "state" in model and max(len(logged), 1) >= 1
+            got = metrics[variant]
+            assert got["train_gain"] == pytest.approx((got["val_ppl_init"] - got["val_ppl_trained"]) / got["val_ppl_init"])
+            assert got["comp_moved"] > 0  # training moved the compressors from their init
+            init = P.build_compressors(P.frozen_smollm2(data["model_dir"]), cfg, 0)
+            assert P.val_ppl(P.frozen_smollm2(data["model_dir"]), data, cfg, 0, "lococo", init) == pytest.approx(got["val_ppl_init"])
             again = spec.train(cfg, data, variant, 0, lambda *a, **k: None)  # deterministic given the seed
             assert all(torch.equal(model["state"][k], again["state"][k]) for k in model["state"])
         if variant == "sink_window":  # the chosen sink count reproduces its validation perplexity
             lm = P.frozen_smollm2(data["model_dir"])
             assert P.val_ppl(lm, data, cfg, 0, "sink_window", knob=model["knob"]) == pytest.approx(min(scores))
-    for variant in ("sink_window", "h2o", "lococo"):
+    # the untrained control: the same init as LoCoCo's seed, the same cache policy
+    assert metrics["lococo_init"]["kv_peak_bytes"] == metrics["lococo"]["kv_peak_bytes"]
+    # the reserved tuning windows are never a seed's test or validation passage
+    tune_win = P.passages(data, cfg, 0, "tune")
+    for seed in range(3):
+        for split in ("test", "val"):
+            assert not any(torch.equal(w[: tune_win.shape[1]], tune_win[0]) for w in P.passages(data, cfg, seed, split))
+    for variant in ("sink_window", "h2o", "lococo", "lococo_init"):
         assert metrics[variant]["kv_growth"] == 1.0
         assert metrics[variant]["kv_peak_bytes"] == metrics["sink_window"]["kv_peak_bytes"]
     assert metrics["full"]["kv_growth"] == 2.0  # 32 vs 16 held tokens
@@ -164,6 +178,7 @@ def test_lococo_spec_path_tiny_llama(tmp_path):
     assert len(view) == 1 and view[0]["dense/ppl"] == min(metrics["sink_window"]["ppl"], metrics["h2o"]["ppl"])
     for c in spec.comparisons(cfg):
         assert c.metric in metrics["lococo"]
+    assert "train_gain" in metrics["lococo"] and "grid_edge" in metrics["h2o"] and "grid_edge" in metrics["sink_window"]
 
 
 def test_config_validation():

@@ -83,9 +83,13 @@ def test_ratio_survives_the_schedule(tiny):
 def test_spec_path_prepare_train_compress_evaluate(tiny):
     cfg, data = tiny
     spec = get_paper("loraplus")
-    assert tuple(spec.variants) == ("lora", "loraplus")
+    assert tuple(spec.variants) == ("lora", "loraplus", "head")
+    head = spec.train(cfg, data, "head", 0, lambda step, **m: None)
+    assert len(head["grid"]) == len(cfg.head_lrs) and spec.compress(cfg, head, data, "head", 0) == {}
+    h = spec.evaluate(cfg, head, data)
+    assert h["params"] == 0 and not any(k.startswith("same_lr_val_loss@") for k in h) and "lora_ba_ratio" not in h
     rows = []
-    for variant in spec.variants:
+    for variant in lp.METHODS:
         model = spec.train(cfg, data, variant, 0, lambda step, **m: None)
         assert len(model["grid"]) == len(cfg.lrs) and model["lr"] == model["tuning"]["tuned_lr"]
         comp = spec.compress(cfg, model, data, variant, 0)
@@ -98,6 +102,11 @@ def test_spec_path_prepare_train_compress_evaluate(tiny):
         assert dense["val_acc"] == max(dense[f"val_acc@lr{j}"] for j in range(len(cfg.lrs))) == dense[f"val_acc@lr{i}"]
         assert dense["acc"] == dense[f"acc@lr{i}"] and dense["acc_worst"] == min(dense[f"acc@lr{j}"] for j in range(5))
         assert any(k.startswith("same_lr_val_loss@") for k in dense) and "same_lr_val_loss@4" not in merged
+        # metrics reuses the grid's test numbers and the curve's last validation point: the same as evaluating anew
+        net = ft.load_model(cfg, data, model)
+        assert dense["acc"] == ft.evaluate_split(net, data, 2)["acc"] and dense["loss"] == pytest.approx(ft.evaluate_split(net, data, 2)["loss"])
+        assert dense["val_acc"] == ft.evaluate_split(net, data, 1)["acc"]
+        assert dense["lora_b_norm"] > 0 and dense["lora_a_shift"] > 0 and "lora_b_norm" not in merged
         rows.append({"paper": "loraplus", "variant": variant, "seed": 0, **{f"dense/{k}": v for k, v in dense.items()}})
     assert rows[0]["dense/params"] == rows[1]["dense/params"] > 0
     out = lp.derive(cfg, rows)
@@ -105,6 +114,48 @@ def test_spec_path_prepare_train_compress_evaluate(tiny):
     for r in out:
         assert r["dense/steps_to_target_target"] == target and r["dense/steps_to_target"] in (2.0, 4.0, 6.0)
         assert r["dense/steps_to_target_same_lr"] in (2.0, 4.0, 6.0)
+
+
+def test_head_only_fast_path_equals_the_full_forward(tiny):
+    """finetune's "head" runs on frozen features computed once; the same training through the full forward (a
+    LoRA model whose optimizer holds only the head: B = 0 stays 0, so the layer is the frozen one, and the seed gives
+    the same head init and batches) ends at the same head."""
+    cfg, data = tiny
+    stored = ft.head_features(data, splits=(0, 1, 2))  # from the data artifact (prepare_task)
+    without = {k: v for k, v in data.items() if k != "head_features"}
+    for a, b in zip(stored, ft.head_features(without, splits=(0, 1, 2))):  # computed on the fly
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    fast = ft.finetune(cfg, data, "head", 3e-2, 5)
+    head_only = lambda m, r: [{"params": list(m.head.parameters()), "lr": r, "weight_decay": 0.0}]  # noqa: E731
+    slow = ft.finetune(cfg, data, "lora", 3e-2, 5, groups=head_only)
+    for k in ("head.weight", "head.bias"):
+        torch.testing.assert_close(fast["state"][k], slow["state"][k], rtol=1e-5, atol=1e-6)
+    assert fast["curve"]["val_loss"] == pytest.approx(slow["curve"]["val_loss"], rel=1e-5)
+    assert fast["trainable_params"] == slow["trainable_params"]  # the head only in both
+
+
+def test_adapter_stats_by_hand(tiny):
+    """lora_b_norm = mean ||B||_F, lora_a_shift = mean ||A - A_0||_F, weight_shift = mean ||s B A||_F / ||W||_F (hand
+    computed from the adapters); an untrained model has B = 0 and A = A_0; LoRA+'s ratio 16 moves B further
+    relative to A than ratio 1 at the same lr_A."""
+    from paperflow.nn.adapters import adapters_of
+
+    cfg, data = tiny
+    fresh = ft.build_model(cfg, data, "lora", 3)
+    zero = ft.adapter_stats(cfg, data, {"method": "lora", "seed": 3, "state": ft.trainable_state(fresh)})
+    assert zero["lora_b_norm"] == 0 and zero["lora_a_shift"] == 0 and zero["weight_shift"] == 0
+    runs = {ratio: ft.finetune(cfg, data, "lora", 1e-2, 3, groups=lambda m, r, q=ratio: lp.loraplus_groups(m, r, q))
+            for ratio in (1.0, 16.0)}
+    stats = {q: ft.adapter_stats(cfg, data, m) for q, m in runs.items()}
+    ads = adapters_of(ft.load_model(cfg, data, runs[1.0]))
+    init = adapters_of(fresh)
+    with torch.no_grad():
+        b = sum(float(a.lora_B.norm()) for a in ads.values()) / len(ads)
+        da = sum(float((a.lora_A - init[n].lora_A).norm()) for n, a in ads.items()) / len(ads)
+        ws = sum(float((a.scale * a.lora_B @ a.lora_A).norm() / a.base.weight.norm()) for a in ads.values()) / len(ads)
+    assert stats[1.0]["lora_b_norm"] == pytest.approx(b) and stats[1.0]["lora_a_shift"] == pytest.approx(da)
+    assert stats[1.0]["weight_shift"] == pytest.approx(ws, rel=1e-4) and stats[1.0]["lora_ba_ratio"] == pytest.approx(b / da)
+    assert stats[16.0]["lora_ba_ratio"] > 2 * stats[1.0]["lora_ba_ratio"]
 
 
 def test_derive_steps_to_the_shared_target_per_seed():
@@ -147,3 +198,5 @@ def test_config_validation():
     with pytest.raises(ConfigError):
         get_paper("loraplus").make_config({"bogus": 1})
     assert lp.Config(lrs=[1, 2, 3, 4, 5]).lrs == (1.0, 2.0, 3.0, 4.0, 5.0)
+    with pytest.raises(ConfigError):
+        lp.Config(head_lrs=(1e-3, 1e-4, 1e-2))

@@ -96,14 +96,36 @@ def test_mad_spec_path_tiny_llama(tmp_path):
     assert metrics["single"]["parse_rate"] == 0.0  # tiny model emits w-words: every answer is the fallback's
     again = spec.evaluate(cfg, spec.train(cfg, data, "society_of_minds", 0, None), data)
     assert again == metrics["society_of_minds"]  # deterministic given the seed
+    sm = metrics["society_of_minds"]
+    assert sm["questions"] == 3 and 0 <= sm["changed"] <= 1 and 0 <= sm["acc_round0"] <= 1
+    assert 0 <= metrics["multi_persona"]["mp_disagree"] <= 1 and "changed" not in metrics["single"]
+    assert 0 <= int8["society_of_minds"]["changed"] <= 1
+    derived = spec.derive(cfg, [{"variant": v, "seed": 0, **{f"dense/{k}": x for k, x in m.items()}}
+                                for v, m in metrics.items()])
+    view = [r for r in derived if r["variant"] == "society_of_minds|round0"]
+    assert len(view) == 1 and view[0]["dense/acc"] == sm["acc_round0"]
     for c in spec.comparisons(cfg):
-        assert c.metric in metrics[c.method] and c.baseline in spec.variants
-        assert c.role == "fact" or [g.variant for g in c.gates] == ["single"]  # every judged row is gated
+        assert c.metric in metrics[c.method] and c.baseline.split("|")[0] in spec.variants
+        # every judged row is gated on agents above chance and on enough questions
+        assert c.role == "fact" or [g.variant for g in c.gates][:2] == ["single", "society_of_minds"]
 
 
-def test_gate_makes_rows_not_testable_at_chance_and_counts_calls():
-    """The claims table on made-up metrics: agents at chance -> every judged row `not testable`; above chance ->
-    judged; the calls row is a fact either way."""
+def test_debate_metrics_by_hand():
+    qs = [{"answer": "A"}, {"answer": "B"}]
+    record = [[["A", "B", "A"], ["C", "C", "B"]],  # round 0: majorities A (right), C (wrong)
+              [["A", "A", "A"], ["C", "B", "B"]],  # round 1: 1 of 3 and 1 of 3 changed
+              [["A", "A", "A"], ["B", "B", "B"]]]  # round 2: 0 and 1 changed
+    m = P.debate_metrics("society_of_minds", record, qs)
+    assert m["changed"] == pytest.approx((1 + 1 + 0 + 1) / 12) and m["acc_round0"] == 0.5
+    mp = [{P.D.AFFIRMATIVE: {0: "A", 1: "B"}, P.D.NEGATIVE: {0: "C", 1: "B"}}]
+    assert P.debate_metrics("multi_persona_agree", mp, qs) == {"mp_disagree": 0.5}
+    assert P.debate_metrics("single", [], qs) == {}
+
+
+def test_gates_make_rows_not_testable_and_count_calls():
+    """The claims table on made-up metrics: agents at chance, or too few questions per seed -> every judged row `not
+    testable`; above chance with enough questions -> judged, the headline only while the debate is active (answers
+    change between rounds, Society of Minds beats a single agent); the calls row is a fact either way."""
     import polars as pl
 
     from paperflow.report.claims import claims_rows
@@ -111,16 +133,26 @@ def test_gate_makes_rows_not_testable_at_chance_and_counts_calls():
     cfg = P.Config()
     calls = {"single": 1, "self_consistency": 3, "society_of_minds": 6, "multi_persona": 4, "multi_persona_agree": 4}
 
-    def table(single_acc):
-        rows = [{"variant": v, "seed": s, "dense/acc": (single_acc if v == "single" else 0.5) + 0.01 * s,
-                 "dense/calls": float(calls[v]), "compressed:int8/acc": single_acc if v == "single" else 0.5}
+    def table(single_acc, questions=120.0, changed=0.2):
+        rows = [{"variant": v, "seed": s, "dense/acc": (single_acc if v == "single" else 0.5) + 0.01 * s * (v != "single"),
+                 "dense/calls": float(calls[v]), "dense/questions": questions, "compressed:int8/questions": questions,
+                 "compressed:int8/acc": single_acc if v == "single" else 0.5,
+                 "dense/changed": changed if v == "society_of_minds" else None,
+                 "compressed:int8/changed": changed if v == "society_of_minds" else None,
+                 "dense/mp_disagree": {"multi_persona": 0.6, "multi_persona_agree": 0.2}.get(v, None)}
                 for v in P.VARIANTS for s in range(3)]
         return pl.DataFrame(rows)
 
     low = claims_rows(P.SPEC, cfg, table(0.30), "test")
     assert {r["verdict"] for r in low if r["role"] != "fact"} == {"not testable"}
+    few = claims_rows(P.SPEC, cfg, table(0.40, questions=12.0), "test")
+    assert {r["verdict"] for r in few if r["role"] != "fact"} == {"not testable"}
+    assert "questions" in next(r for r in few if r["role"] == "headline")["reason"]
     high = claims_rows(P.SPEC, cfg, table(0.40), "test")
-    assert "not testable" not in {r["verdict"] for r in high}
+    head = next(r for r in high if r["role"] == "headline")
+    assert head["verdict"] == "reproduced" and "[active]" in head["mechanism"]
+    off = next(r for r in claims_rows(P.SPEC, cfg, table(0.40, changed=0.0), "test") if r["role"] == "headline")
+    assert off["verdict"] == "not testable" and "NOT ACTIVE" in off["mechanism"]
     fact = next(r for r in high if r["role"] == "fact")
     assert (fact["method_mean"], fact["baseline_mean"], fact["ratio"]) == (3.0, 6.0, 0.5)
 

@@ -217,7 +217,8 @@ def test_tiny_spec_run(tiny):
         assert {f"acc_{t}" for t in mola.TASKS} | {"acc_mean", "trainable_params"} <= set(m)
         assert all(0 <= m[f"acc_{t}"] <= 100 for t in mola.TASKS)
         assert m["acc_mean"] == pytest.approx(sum(m[f"acc_{t}"] for t in mola.TASKS) / 3)
-        assert ("route_purity" in m) == (v == "mola_router")
+        assert ("route_purity" in m) == ("route_tv" in m) == (v == "mola_router")
+        assert ("swap_drop" in m) == (v == "mola_grad")
     assert any(v == "mola_router" and "train/loss_task3" in m for v, m in logged)  # the TwD term is logged
     # stl: three single-task models, each with one head and one task's data; their steps are logged one after another
     stl = spec.train(cfg, data, "stl", 0, None)
@@ -227,6 +228,34 @@ def test_tiny_spec_run(tiny):
     assert [r.role for r in rows].count("headline") == 1
     assert all(r.gates for r in rows if r.role in ("headline", "secondary"))  # every MoLA row needs negative transfer
     assert "dense/acc_mean" in {c.column for c in rows}
+
+
+def test_route_tv_by_hand():
+    """Tasks sent to disjoint experts: each task's TV from the mean (1/3 each) is (2/3 + 1/3 + 1/3) / 2 = 2/3 = 1 - 1/T;
+    every task with the same mixture: 0; two tasks swapped on two experts, one uniform: by hand 1/3 * (0.5 + 0.5 + 0)."""
+    assert mola.route_tv(torch.eye(3)) == pytest.approx(2 / 3)
+    assert mola.route_tv(torch.tensor([[0.2, 0.5, 0.3]] * 3)) == pytest.approx(0.0)
+    w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])  # mean (0.5, 0.5): TVs 0.5, 0.5, 0
+    assert mola.route_tv(w) == pytest.approx(1 / 3)
+
+
+def test_swap_drop_is_zero_for_interchangeable_experts_and_swap_uses_the_next_expert(tiny):
+    """swap_logits routes task t through expert t+1 with task t's head; with every expert a copy of expert 0 the
+    swap changes nothing (swap_drop exactly 0), with distinct experts it changes the logits."""
+    cfg, data = tiny
+    net = _net(cfg, data, "mola_grad")
+    x, T = torch.rand(5, 784), len(mola.TASKS)
+    for t in range(T):
+        nxt = torch.full((5,), (t + 1) % T, dtype=torch.long)
+        ref = net.heads[t](net.backbone(x, torch.nn.functional.one_hot(nxt, T).float()))
+        torch.testing.assert_close(mola.swap_logits(net, x, t), ref)
+        assert not torch.allclose(mola.swap_logits(net, x, t), net(x, torch.full((5,), t, dtype=torch.long)))
+    with torch.no_grad():
+        for layer in net.backbone.layers:
+            layer.lora_A[1:] = layer.lora_A[0]
+            layer.lora_B[1:] = layer.lora_B[0]
+    model = {"state": net.state_dict(), "arch": mola.arch_of(cfg, "mola_grad"), "variant": "mola_grad"}
+    assert mola.evaluate(cfg, model, data)["swap_drop"] == 0.0
 
 
 @pytest.mark.parametrize("bad", [dict(rank=0), dict(n_router_experts=1), dict(batch_per_task=1),

@@ -81,6 +81,24 @@ def test_owl_formula_hand_computed():
     assert bounded == pytest.approx([0.7 + 0.064 * 5 / 6, 0.7 + 0.032 * 5 / 6, 0.7, 0.62])
 
 
+def test_outlier_spread_hand_computed_and_the_normalisation_it_guards():
+    # D = [1.0, 1.1, 1.3] %: spread 0.3 points, mean 1.133 -> relative 0.265
+    out = owl.outlier_spread([1.0, 1.1, 1.3])
+    assert out["outlier_spread"] == pytest.approx(0.3) and out["outlier_rel_spread"] == pytest.approx(0.3 / (3.4 / 3))
+    # why the gate is on the absolute spread: a 1000x smaller spread gives the same block sparsities
+    tiny = owl.owl_layer_sparsities([1.0, 1.0001, 1.0003], 0.7, 0.08)
+    assert tiny == pytest.approx(owl.owl_layer_sparsities([1.0, 1.1, 1.3], 0.7, 0.08))
+    assert owl.outlier_spread([1.0, 1.0001, 1.0003])["outlier_spread"] < owl.OUTLIER_SPREAD_MIN
+
+
+def test_headline_mechanism_gate_and_fidelity():
+    cfg = get_paper("owl").make_config({})
+    head = [r for r in owl.comparisons(cfg) if r.role == "headline"][0]
+    gate = head.mechanism_gates[0]
+    assert (gate.variant, gate.column, gate.above) == ("owl", "compressed:0.70/outlier_spread", owl.OUTLIER_SPREAD_MIN)
+    assert head.fidelity == "reconstruction" and head.refuted_if
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_owl_sparsities_mean_bound_monotone(seed):
     rng = np.random.default_rng(seed)
@@ -188,6 +206,11 @@ def test_owl_spec_smoke_path_tiny_llama(tmp_path):
             m = spec.evaluate(cfg, entry, data)
             assert math.isfinite(m["ppl"]) and abs(m["sparsity"] - s) < 0.05
             assert m["max_dev"] == pytest.approx(max(abs(b - s) for b in entry["block_sparsity"]))
+            if variant in ("owl", "owl_code"):  # the mechanism gate's quantity, from the run's own D
+                d = entry["outlier_ratio"]
+                assert m["outlier_spread"] == pytest.approx(max(d) - min(d))
+            else:
+                assert "outlier_spread" not in m
             results[(variant, level)] = m
     # SparseGPT's stored fp16 values rebuild the model it pruned in memory (up to fp16 rounding)
     lm, _ = owl.dense_lm(data["model_dir"])
@@ -198,3 +221,6 @@ def test_owl_spec_smoke_path_tiny_llama(tmp_path):
     rows = spec.comparisons(cfg)
     assert [r.role for r in rows].count("headline") == 1
     assert {c.column for c in rows} == {"compressed:0.70/ppl", "compressed:0.70/max_dev", "compressed:0.70/sparsity"}
+    from paperflow.contract import logged_problems
+    columns = {f"compressed:{lv}/{k}" for (v, lv), m in results.items() for k in m}
+    assert logged_problems(spec, cfg, columns) == []  # every mechanism gate's column is logged

@@ -182,7 +182,7 @@ def test_spec_end_to_end_on_synthetic_images(tmp_path):
     cfg = SPEC.make_config(TINY)
     data = SPEC.prepare(cfg, Resources(str(tmp_path), {"fashion_mnist": str(path)}))
     assert data["x_train"].dtype == torch.uint8 and data["x_train"].shape == (256, 28, 28)
-    logged = []
+    logged, table = [], []
     for variant in SPEC.variants:
         model = SPEC.train(cfg, data, variant, 0, lambda step, **m: logged.append((variant, step, m)))
         dense = SPEC.evaluate(cfg, model, data)
@@ -191,16 +191,47 @@ def test_spec_end_to_end_on_synthetic_images(tmp_path):
         comp = SPEC.evaluate(cfg, levels[P.LEVEL], data)
         for m in (dense, comp):
             assert set(m) >= {"acc", "flops", "params", "latency_ms", "latency_rel", "latency_large_ms", "latency_large_rel"}
-            assert all(math.isfinite(v) for v in m.values())
+            assert all(math.isfinite(v) for k, v in m.items() if not (k == "sla_share" and variant == "ln_softmax"))
+            assert 0 < m["sla_share"] < 1 if variant == "slab" else math.isnan(m["sla_share"])
+        assert comp["latency_replaced_share"] < 1 and "latency_replaced_share" not in dense  # folded stage only (timing: noisy)
+        table.append({"paper": "slab", "variant": variant, "seed": 0, **{f"dense/{k}": v for k, v in dense.items()},
+                      **{f"compressed:{P.LEVEL}/{k}": v for k, v in comp.items()}})
         assert comp["acc"] == pytest.approx(dense["acc"], abs=100.0 / 64 + 1e-9)  # folding is exact up to ties
         assert comp["params"] < dense["params"] and comp["flops"] == dense["flops"]
     assert any("train/prepbn_lambda" in m for v, _, m in logged if v == "slab")
     rows = SPEC.comparisons(cfg)
     head = [r for r in rows if r.role == "headline"]
-    assert len(head) == 1 and head[0].column == "compressed:folded/latency_rel"  # timing claims: interleaved ratios
+    assert len(head) == 1 and head[0].column == "compressed:folded/latency_claim_j"  # latency AND accuracy (timing: interleaved)
+    assert {g.metric for g in head[0].mechanism_gates} == {"sla_share", "compressed:folded/latency_replaced_share"}
     assert any(r.column == "dense/acc" and r.kind == "close" and r.role == "secondary" for r in rows)
-    assert all(r.role == "fact" for r in rows if r.metric in ("flops", "flops_large", "params"))
-    assert all(r.method == "slab" and r.baseline == "ln_softmax" for r in rows)
+    assert all(r.role == "fact" for r in rows if r.metric in ("flops", "flops_large", "params", "sla_share"))
+    assert all(r.method == "slab" and r.baseline in ("ln_softmax", "") for r in rows)
+    by = {r["variant"]: r for r in SPEC.derive(cfg, table)}
+    assert by["ln_softmax"]["compressed:folded/latency_claim_j"] == 0.0
+    assert by["slab"]["compressed:folded/latency_claim_j"] == pytest.approx(min(by["slab"]["compressed:folded/latency_term"],
+                                                                        by["slab"]["compressed:folded/acc_term"]))
+    assert all(r.column in by[r.method] and (not r.baseline or r.column in by[r.baseline]) for r in rows)
+
+
+def test_claim_terms_by_hand():
+    """latency_claim_j = min(1 - latency ratio, acc / acc_LN - (1 - margin)) > 0 iff faster AND accuracy within the margin."""
+    cfg = P.Config(acc_margin=0.01)
+    t = P.claim_terms(cfg, {"latency_rel": 0.8, "acc": 85.0}, {"acc": 85.0})
+    assert t["latency_term"] == pytest.approx(0.2) and t["acc_term"] == pytest.approx(0.01) and t["latency_claim_j"] == pytest.approx(0.01)
+    assert P.claim_terms(cfg, {"latency_rel": 1.1, "acc": 90.0}, {"acc": 85.0})["latency_claim_j"] == pytest.approx(-0.1)
+    assert P.claim_terms(cfg, {"latency_rel": 0.5, "acc": 80.0}, {"acc": 100.0})["latency_claim_j"] == pytest.approx(-0.19)
+
+
+def test_sla_share_is_the_linear_terms_norm_share():
+    torch.manual_seed(0)
+    cfg = SPEC.make_config(TINY)
+    net = P.build_model(P.make_arch(cfg, "slab")).eval()
+    x = torch.randint(0, 256, (8, 28, 28), dtype=torch.uint8)
+    share = P.sla_share(cfg, net, x)
+    for m in net.modules():  # zero DWC: the whole attention output is the linear term
+        if isinstance(m, P.SimplifiedLinearAttention):
+            torch.nn.init.zeros_(m.dwc.weight), torch.nn.init.zeros_(m.dwc.bias)
+    assert 0 < share < 1 and P.sla_share(cfg, net, x) == pytest.approx(1.0)
     assert SPEC.tradeoff == ("latency_ms", "acc")
 
 

@@ -50,7 +50,8 @@ def test_rate_coded_conversions_are_not_exact(neuron):
 @pytest.mark.parametrize("neuron", ["st_bif", "signed_if"])
 def test_early_stop_when_silent_equals_the_full_simulation(neuron):
     net, x = _tiny_net(1)
-    fast = P.simulate_all(net, x, (3, 40), neuron)
+    info = {}
+    fast = P.simulate_all(net, x, (3, 40), neuron, info)
     P._set_sim(net, neuron)  # reference: every step run, no stop
     with torch.no_grad():
         logits, partial = torch.zeros(x.shape[0], 10, dtype=x.dtype), {}
@@ -61,6 +62,10 @@ def test_early_stop_when_silent_equals_the_full_simulation(neuron):
     P._set_sim(net, None)
     for T in (3, 40):
         assert torch.equal(fast[T][0], partial[T][0]) and fast[T][1] == partial[T][1]
+    assert 1 <= info["settle_steps"] <= 41
+    if info["settle_steps"] <= 40:  # the sums stop changing once the net is silent
+        s = info["settle_steps"]
+        assert torch.equal(P.simulate_all(net, x, (s, 40), neuron)[s][0], fast[40][0])
 
 
 # ---------------------------------------------------------------------------------------------- spec
@@ -81,7 +86,7 @@ def _synthetic(tmp_path):
 
 def test_spec_end_to_end_tiny(tmp_path):
     cfg = P.SPEC.make_config({"n_train": 200, "n_eval": 40, "d_model": 16, "n_layer": 1, "n_head": 2, "levels": 8,
-                              "steps": 8, "batch_size": 32, "warmup": 1, "timesteps": [2, 24], "headline_T": 24,
+                              "steps": 8, "batch_size": 32, "warmup": 1, "timesteps": [2, 24], "headline_T": 2, "settled_T": 24,
                               "eval_batch": 40})
     data = P.SPEC.prepare(cfg, _synthetic(tmp_path))
     assert data["x_train"].dtype == torch.uint8
@@ -99,6 +104,7 @@ def test_spec_end_to_end_tiny(tmp_path):
     assert metrics["compressed:T24/gap"] == 0.0 and metrics["compressed:T24/agree"] == 100.0
     assert metrics["compressed:T24/qann_acc"] == pytest.approx(dense["acc"])
     assert metrics["compressed:T24/timesteps"] == 24.0 and metrics["compressed:T24/synops"] > 0
+    assert 1 <= metrics["compressed:T24/settle_steps"] <= 25 and metrics["compressed:T2/settle_steps"] == metrics["compressed:T24/settle_steps"]
     rows = P.SPEC.derive(cfg, [{"paper": "spikezip", "variant": "spikezip", "seed": 0, **metrics}])
     views = {r["variant"]: r for r in rows}
     assert set(views) == {"spikezip", "spikezip|signed_if", "spikezip|ori_if", "spikezip|qann"}
@@ -106,13 +112,18 @@ def test_spec_end_to_end_tiny(tmp_path):
     assert views["spikezip|qann"]["compressed:T24/synops"] == dense["synops"]
     assert views["spikezip|qann"]["compressed:T2/acc"] == dense["acc"]
     comps = P.SPEC.comparisons(cfg)
-    assert [c.role for c in comps].count("headline") == 1 and comps[0].kind == "matches" and comps[0].column == "compressed:T24/gap"
+    head = comps[0]
+    assert [c.role for c in comps].count("headline") == 1 and head.role == "headline" and head.column == "compressed:T2/gap"
+    assert head.baseline == "spikezip|signed_if" and head.better == "lower"
+    assert [g.column for g in head.mechanism_gates] == ["compressed:T24/exact"]
+    zero = [c for c in comps if c.role == "fact" and c.metric == "gap"]
+    assert zero and zero[0].column == "compressed:T24/gap"  # zero gap once settled: a fact, not the headline
     for c in comps:
         assert c.method in views and c.baseline in views
         assert c.column in views[c.method]
 
 
-@pytest.mark.parametrize("bad", [{"levels": 3}, {"headline_T": 7}, {"timesteps": []}, {"patch_size": 5},
+@pytest.mark.parametrize("bad", [{"levels": 3}, {"headline_T": 7}, {"settled_T": 8}, {"settled_T": 4}, {"timesteps": []}, {"patch_size": 5},
                                  {"d_model": 10, "n_head": 4}, {"gap_tolerance": 0.0}, {"unknown_key": 1}])
 def test_config_validation(bad):
     with pytest.raises(ConfigError):

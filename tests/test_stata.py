@@ -101,10 +101,34 @@ def test_tiny_spec_run_on_synthetic_data():
     assert by["stata"]["dense/tokens"] == pytest.approx((51 + 51 + 51 + 27) / 4)
     assert by["dense"]["compressed:0.70/tokens"] < by["dense"]["dense/tokens"]
     assert any("train/l_intra" in m for _, m in logged)
+    assert 0 <= by["stata"]["dense/sel_overlap"] <= 1 and not by["stata"]["dense/intra_ratio"] < 0  # nan if L_intra starts at 0
+    by = {r["variant"]: r for r in P.derive(cfg, rows)}
+    assert by["dense"]["dense/speedup_claim_j"] == 0.0 and "dense/speedup_claim_j" in by["token_prune"]
     comps = P.SPEC.comparisons(cfg)
     assert [c.role for c in comps].count("headline") == 1 and len(comps) >= 4
     assert all(c.role == "fact" for c in comps if c.metric in ("synops", "tokens"))
     assert all(c.column in by[c.method] and c.column in by[c.baseline] for c in comps)
+    head = next(c for c in comps if c.role == "headline")
+    assert head.metric == "speedup_claim_j" and {g.metric for g in head.mechanism_gates} == {"sel_overlap"}
+
+
+def test_claim_terms_by_hand():
+    """speedup_claim_j = min(speedup / target - 1, acc / acc_dense - (1 - margin)); > 0 iff both halves hold."""
+    cfg = P.Config(speedup_target=1.5, acc_margin=0.02)
+    t = P.claim_terms(cfg, {"train_speedup": 1.8, "acc": 80.0}, {"acc": 80.0})
+    assert t["speedup_term"] == pytest.approx(0.2) and t["acc_term"] == pytest.approx(0.02)
+    assert t["speedup_claim_j"] == pytest.approx(0.02)
+    # fast but inaccurate, accurate but too slow (speedup 1.2 < 1.5 though > 1): both refute the claim
+    assert P.claim_terms(cfg, {"train_speedup": 2.0, "acc": 70.0}, {"acc": 80.0})["speedup_claim_j"] == pytest.approx(70 / 80 - 0.98)
+    assert P.claim_terms(cfg, {"train_speedup": 1.2, "acc": 81.0}, {"acc": 80.0})["speedup_claim_j"] == pytest.approx(-0.2)
+
+
+def test_selection_overlap_and_intra_ratio_by_hand():
+    a = torch.tensor([[4.0, 3.0, 2.0, 1.0], [1.0, 2.0, 3.0, 4.0]])
+    b = torch.tensor([[4.0, 1.0, 3.0, 2.0], [1.0, 2.0, 3.0, 4.0]])
+    assert P.selection_overlap(a, b, 2) == pytest.approx((1 / 2 + 2 / 2) / 2)  # sample 0 shares token 0 only
+    assert P.selection_overlap(a, a, 3) == 1.0
+    assert P.intra_ratio([2.0] * 10 + [1.0] * 80 + [0.5] * 10) == pytest.approx(0.25)
 
 
 def test_step_times_leave_the_trained_model_unchanged():

@@ -159,13 +159,23 @@ def test_end_to_end_through_spec(tmp_path):
     assert rows["tinytrain"]["bwd_bytes"] < rows["full_ft"]["bwd_bytes"]
     assert any("train/loss" in m for m in logged)
     comps = spec.comparisons(cfg)
-    assert [c.role for c in comps] == ["headline", "secondary", "secondary", "secondary", "fact", "fact"]
+    assert [c.role for c in comps] == ["headline", "secondary", "secondary", "control", "secondary", "fact", "fact"]
     for c in comps:
         assert c.metric in rows["tinytrain"] and c.method in spec.variants and c.baseline in spec.variants
-        assert c.role == "fact" or {g.variant for g in c.gates} == {c.method, c.baseline}  # lr inside the grid, both arms
+        edges = {g.variant for g in c.gates if g.kind == "grid_edge"}
+        assert c.role == "fact" or {c.method, c.baseline} <= edges  # lr inside the grid, both arms (directional)
+    head = comps[0]
+    assert head.refuted_if and edges_of(head) == {"tinytrain", "full_ft", "last_layer"}
+    mech = head.mechanism_gates
+    assert (mech[0].comparison.method, mech[0].comparison.baseline) == ("full_ft", "last_layer")  # full FT > last layer
+    assert mech[1].variant == "tinytrain" and mech[1].column == "dense/layers_updated" and "layers_updated" in rows["tinytrain"]
     a = spec.train(cfg, data, "tinytrain", 1, None)
     b = spec.train(cfg, data, "tinytrain", 1, None)
     assert all(torch.equal(ea["state"][k], eb["state"][k]) for ea, eb in zip(a["episodes"], b["episodes"]) for k in ea["state"])
+
+
+def edges_of(comp):
+    return {g.variant for g in comp.gates if g.kind == "grid_edge"}
 
 
 def test_split_support_holds_out_the_last_val_shots_of_every_class():

@@ -289,3 +289,42 @@ def test_tiny_spec_run():
 def test_config_errors(kw):
     with pytest.raises(ConfigError):
         P.Config(**kw)
+
+
+# ----------------------------------------------------------------------------------------- contract v3 (issue 25)
+def test_wave_stats_by_hand():
+    """At Keller's init the lattice is a pure one-cell shift (boundary 0): h_t+1[c, i+1] = h_t[c, i] exactly, so the
+    wave correlation is 1; with the kernel set to the identity tap (activity stays put) the standing correlation is 1."""
+    torch.manual_seed(0)
+    net = P.WaveRNN(3, 5)
+    x = P.copy_batch(P.random_digits(8, 2, torch.Generator().manual_seed(1)), 7)[0]
+    wave, standing = P.wave_stats(net, x)
+    assert wave == pytest.approx(1.0, abs=1e-12) and standing < 0.9
+    with torch.no_grad():
+        net.kernel.zero_()
+        for ch in range(3):
+            net.kernel[ch, ch, 1] = 1.0  # centre tap: h_t+1[c, i] = h_t[c, i] + input
+    wave2, standing2 = P.wave_stats(net, x)
+    assert standing2 > 0.9 and wave2 < wave
+
+
+def test_plateau_gain_and_step_edge():
+    assert P.plateau_gain([0.1] * 10 + [0.3] * 10, 10) == pytest.approx(0.2)
+    assert P.plateau_gain([0.5] * 7, 300) == pytest.approx(0.0)  # short run: halves of what there is
+    assert P.plateau_gain([0.2], 300) == 0.0
+    cfg = _tiny(steps=6, converge_acc=1.0, plateau_window=2)
+    data = P.prepare(cfg, None)
+    model = P.train(cfg, data, "rnn", 0, None)
+    m = P.evaluate(cfg, model, data)
+    assert m["steps_run@6"] == 6.0 and m["steps_grid_edge@6"] == float(m["plateau_gain@6"] > P.PLATEAU_GAIN)
+    assert "wave_corr@6" not in m
+    w = P.evaluate(cfg, P.train(cfg, data, "wrnn", 0, None), data)
+    assert -1.0 <= w["wave_corr@6"] <= 1.0 and math.isfinite(w["standing_corr@6"])
+
+
+def test_headline_gates_v3():
+    cfg = P.Config()
+    head = [r for r in P.comparisons(cfg) if r.role == "headline"][0]
+    assert head.refuted_if and [(g.variant, g.metric) for g in head.mechanism_gates] == [("wrnn", "wave_corr@12")]
+    edges = {(g.variant, g.metric) for g in head.gates if g.kind == "grid_edge"}
+    assert edges == {("wrnn", "grid_edge@12"), ("rnn", "grid_edge@12"), ("wrnn", "steps_grid_edge@12"), ("rnn", "steps_grid_edge@12")}

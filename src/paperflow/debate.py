@@ -391,17 +391,23 @@ def run_society_of_minds(led: Ledger, p: Protocol, record: list | None = None) -
     return [majority([rep["answer"] for rep in prev[i]]) for i in range(nq)]
 
 
-def run_multi_persona(led: Ledger, p: Protocol, intensity: int) -> list[str]:
-    """Angel + devil + judge (MultiAgentDebateTsinghua); the judge may end the debate after any round."""
+def run_multi_persona(led: Ledger, p: Protocol, intensity: int, record: list | None = None) -> list[str]:
+    """Angel + devil + judge (MultiAgentDebateTsinghua); the judge may end the debate after any round. `record`
+    (optional) receives, per round, {side: {question index: the side's answer letter}} for the two debaters."""
     nq = len(led.qs)
     hist: list[list[tuple[str, str]]] = [[] for _ in range(nq)]  # (side, reply) per question, judge replies included
     final: list[str | None] = [None] * nq
     open_q = list(range(nq))
     for _ in range(p.mp_rounds):
+        said: dict[str, dict[int, str]] = {}
         for side in (AFFIRMATIVE, NEGATIVE):
             rows = [(i, side_conv(led.qs[i], hist[i], side, intensity, p.topic)) for i in open_q]
+            said[side] = {}
             for (i, _), rep in zip(rows, led.ask(rows, p.temperature, p.top_p)):
                 hist[i].append((side, rep["text"]))
+                said[side][i] = rep["answer"]
+        if record is not None:
+            record.append(said)
         rows = [(i, judge_conv(led.qs[i], hist[i], JUDGE_UNIVERSAL)) for i in open_q]
         still = []
         for (i, _), rep in zip(rows, led.ask(rows, p.judge_temperature, p.judge_top_p, fallback=False)):

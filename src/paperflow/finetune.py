@@ -21,6 +21,10 @@ How the top layers are adapted is the paper's method (`method`): "full" (every w
 final norm trainable), "head" (only the head), or an adapter from paperflow.nn.adapters ("lora", "ether",
 "ether_plus", "oft") on the `targets` linears of the top k layers (base weights and norms frozen). The head
 is trained in every variant. The optimizer param groups are the caller's (`param_groups`), e.g. LoRA+'s.
+"head" trains on the frozen top layers' last-token features computed once per run (`TopClassifier.features`), the
+same numbers as the full forward (tested), so a head-only reference costs little. `adapter_stats` measures what
+training did to the adapted linears (weight_shift; LoRA's ||B||, ||A - A_0|| and their ratio) for the papers'
+mechanism gates.
 
 Shrinks for the CPU budget (recorded by the papers): k = 1 adapted layer by default (the paper adapts all
 layers), short passages, a few hundred passages per novel, ~300 AdamW steps, frozen activations cached in
@@ -161,6 +165,8 @@ def prepare_task(cfg: TaskConfig, res) -> dict:
         "first_top_layer": n_layers - cfg.top_layers,
         "model_dir": os.path.abspath(res["smollm2"]),
     })
+    # the frozen top layers' last-token features of every passage (what a head-only run trains on), once here
+    data["head_features"] = _frozen_features(TopClassifier(data, len(data["classes"])), data["hidden"])
     return data
 
 
@@ -285,13 +291,17 @@ class TopClassifier(nn.Module):
         self.rotary = LlamaRotaryEmbedding(cfg)
         self.head = nn.Linear(cfg.hidden_size, n_classes)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def features(self, h: torch.Tensor) -> torch.Tensor:
+        """The head's input: the final-norm hidden state of the last token (B, D)."""
         h = h.float()
         pos = torch.arange(h.shape[1]).unsqueeze(0)
         cos, sin = self.rotary(h, pos)
         for i, layer in enumerate(self.layers):
             h = layer_forward(layer, h, cos, sin, self.config, last_only=i == len(self.layers) - 1)
-        return self.head(self.norm(h[:, -1]))
+        return self.norm(h[:, -1])
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(h))
 
 
 def build_model(cfg: TaskConfig, data: dict, method: str, seed: int) -> TopClassifier:
@@ -334,6 +344,27 @@ def evaluate_split(model: nn.Module, data: dict, s: int, batch: int = 256) -> di
     return {"loss": float(F.cross_entropy(logits, y)), "acc": float((logits.argmax(-1) == y).float().mean())}
 
 
+@torch.no_grad()
+def _frozen_features(model: TopClassifier, h: torch.Tensor, batch: int = 256) -> torch.Tensor:
+    model.eval()
+    return torch.cat([model.features(h[i : i + batch]) for i in range(0, h.shape[0], batch)])
+
+
+def head_features(data: dict, model: TopClassifier | None = None, splits: tuple = (0, 1)) -> tuple[torch.Tensor, ...]:
+    """The last-token features of the frozen top layers (the same for every seed and head) on `splits` (default
+    train, val): from the data artifact when prepare_task stored them, else computed here."""
+    if "head_features" in data:
+        return tuple(data["head_features"][data["split"] == s] for s in splits)
+    model = model if model is not None else TopClassifier(data, len(data["classes"]))
+    return tuple(_frozen_features(model, split_of(data, s)[0]) for s in splits)
+
+
+@torch.no_grad()
+def _evaluate_features(head: nn.Module, feats: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    logits = head(feats.to(head.weight.device)).cpu()
+    return {"loss": float(F.cross_entropy(logits, y)), "acc": float((logits.argmax(-1) == y).float().mean())}
+
+
 ParamGroups = Callable[[nn.Module, float], list[dict]]
 
 
@@ -345,18 +376,24 @@ def equal_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list
 
 
 def finetune(cfg: TaskConfig, data: dict, method: str, lr: float, seed: int, log=None,
-             groups: ParamGroups | None = None) -> dict:
+             groups: ParamGroups | None = None, features: tuple | None = None) -> dict:
     """Fine-tune `method` with AdamW (cosine schedule, linear warm-up) for cfg.steps on the train split.
 
     `groups(model, lr)` returns the optimizer param groups (default: one lr); every group's lr follows
     the same schedule as a multiple of its initial lr. Returns the model dict: the trained parameters, the
-    validation learning curve, parameter counts."""
+    validation learning curve, parameter counts. `features` ("head" only): the (train, val) frozen features from
+    head_features, when the caller computed them once for several runs."""
     model = build_model(cfg, data, method, seed)
     param_groups = (groups or (lambda m, r: equal_groups(m, r, cfg.weight_decay)))(model, lr)
     param_groups = [g for g in param_groups if g["params"]]
     opt = torch.optim.AdamW(param_groups, lr=lr)
     base_lrs = [g["lr"] for g in opt.param_groups]
     h, y = split_of(data, 0)
+    head_only = method == "head"
+    if head_only:
+        # only the head trains, so its input (the frozen top layers' last-token features) is the same at every
+        # step: computed once here (the same numbers the full forward gives; tests check the two paths agree)
+        h, val_feats = features if features is not None else head_features(data, model)
     gen = torch.Generator().manual_seed(10_000 + seed)
     order: list[int] = []
     curve: dict[str, list] = {"step": [], "val_loss": [], "val_acc": []}
@@ -374,10 +411,10 @@ def finetune(cfg: TaskConfig, data: dict, method: str, lr: float, seed: int, log
 
     def loss_fn(batch):
         xb, yb = batch
-        return F.cross_entropy(model(xb), yb)
+        return F.cross_entropy(model.head(xb) if head_only else model(xb), yb)
 
     def eval_fn():
-        m = evaluate_split(model, data, 1)
+        m = _evaluate_features(model.head, val_feats, split_of(data, 1)[1]) if head_only else evaluate_split(model, data, 1)
         curve["step"].append(len(curve["step"]) * cfg.eval_every + cfg.eval_every)
         curve["val_loss"].append(m["loss"])
         curve["val_acc"].append(m["acc"])
@@ -406,11 +443,12 @@ def finetune_grid(cfg: TaskConfig, data: dict, method: str, lrs, seed: int, log=
     from .tuning import tune
 
     runs: list[dict] = []
+    features = head_features(data) if method == "head" else None  # once for the whole grid
 
     def fit(lr: float) -> tuple[dict, float]:
         i = len(runs)
         sub = None if log is None else (lambda step, **m: log(step, **{f"lr{i}/{k}": v for k, v in m.items()}))
-        model = finetune(cfg, data, method, lr, seed, sub, groups)
+        model = finetune(cfg, data, method, lr, seed, sub, groups, features=features)
         runs.append(model)
         return model, model["curve"]["val_acc"][-1]  # the final evaluation (step = cfg.steps)
 
@@ -423,15 +461,24 @@ def finetune_grid(cfg: TaskConfig, data: dict, method: str, lrs, seed: int, log=
 def grid_metrics(cfg: TaskConfig, data: dict, model: dict) -> dict[str, float]:
     """Every grid lr's final test/validation numbers (acc@lr<i>, loss@lr<i>, val_acc@lr<i>), the robustness
     summaries over the grid (acc_worst = min test accuracy, acc_spread = max - min) and the tuning record
-    (tuned_lr, tuned_lr_index, grid_edge); {} for a model without a grid (a merged or pruned one)."""
+    (tuned_lr, tuned_lr_index, grid_edge); {} for a model without a grid (a merged or pruned one).
+    The validation numbers are the run's final curve point (the same model, evaluated at step = cfg.steps), so only
+    the test split is evaluated here; for "head" runs on the frozen features, computed once."""
     if "grid" not in model:
         return {}
     out = {k: float(v) for k, v in model["tuning"].items()}
     accs = []
+    feats = None
+    if model["method"] == "head":
+        net = load_model(cfg, data, {"method": "head", "state": model["grid"][0]["state"]})
+        (feats,) = head_features(data, net, splits=(2,))
     for i, run in enumerate(model["grid"]):
-        net = load_model(cfg, data, {"method": model["method"], "state": run["state"]})
-        test, val = evaluate_split(net, data, 2), evaluate_split(net, data, 1)
-        out.update({f"acc@lr{i}": test["acc"], f"loss@lr{i}": test["loss"], f"val_acc@lr{i}": val["acc"]})
+        if feats is not None:
+            net.load_state_dict(run["state"], strict=False)
+            test = _evaluate_features(net.head, feats, split_of(data, 2)[1])
+        else:
+            test = evaluate_split(load_model(cfg, data, {"method": model["method"], "state": run["state"]}), data, 2)
+        out.update({f"acc@lr{i}": test["acc"], f"loss@lr{i}": test["loss"], f"val_acc@lr{i}": float(run["curve"]["val_acc"][-1])})
         accs.append(test["acc"])
     out.update(acc_worst=min(accs), acc_spread=max(accs) - min(accs), grid_size=float(len(accs)))
     return out
@@ -462,11 +509,43 @@ def merge(cfg: TaskConfig, data: dict, model: dict) -> dict:
             "n_merged": int(n), "merge_err": float((before - after).abs().max())}
 
 
+ADAPTER_METHODS = ("lora", "ether", "ether_plus", "oft")
+
+
+@torch.no_grad()
+def adapter_stats(cfg: TaskConfig, data: dict, model: dict) -> dict[str, float]:
+    """What training did to the adapted linears, measured on a trained (unmerged) adapter run:
+    weight_shift = mean over adapted linears of ||W_eff - W||_F / ||W||_F (W_eff the merged weight, W the frozen
+    pretrained one); for LoRA also lora_b_norm = mean ||B||_F (B = 0 at init), lora_a_shift = mean ||A - A_0||_F
+    (A_0 rebuilt from the run's seed, the same initialisation as training) and lora_ba_ratio = lora_b_norm /
+    lora_a_shift (how far B moved relative to A: LoRA+'s lr_B = ratio x lr_A acts on exactly this).
+    {} for a merged/pruned model, "head" or "full"."""
+    if model.get("merged") or model.get("method") not in ADAPTER_METHODS or "seed" not in model:
+        return {}
+    net = load_model(cfg, data, model)
+    trained = adapters_of(net)
+    shift = [float((a.merged_weight() - a.base.weight).norm() / a.base.weight.norm()) for a in trained.values()]
+    out = {"weight_shift": float(np.mean(shift))}
+    if model["method"] == "lora":
+        init = adapters_of(build_model(cfg, data, "lora", int(model["seed"])))
+        b = [float(a.lora_B.norm()) for a in trained.values()]
+        da = [float((a.lora_A - init[name].lora_A).norm()) for name, a in trained.items()]
+        out.update(lora_b_norm=float(np.mean(b)), lora_a_shift=float(np.mean(da)),
+                   lora_ba_ratio=float(np.mean(b)) / max(float(np.mean(da)), 1e-12))
+    return out
+
+
 def metrics(cfg: TaskConfig, model: dict, data: dict) -> dict[str, float]:
     """Test/val accuracy and loss of a model dict, its parameter counts, lr and the learning curve (and, for a
     finetune_grid model, grid_metrics)."""
-    net = load_model(cfg, data, model)
-    test, val = evaluate_split(net, data, 2), evaluate_split(net, data, 1)
+    grid = grid_metrics(cfg, data, model)
+    if grid:  # the chosen run is grid run tuned_lr_index: its test numbers are there, its validation ones its curve's end
+        i = int(grid["tuned_lr_index"])
+        test = {"acc": grid[f"acc@lr{i}"], "loss": grid[f"loss@lr{i}"]}
+        val = {"acc": float(model["curve"]["val_acc"][-1]), "loss": float(model["curve"]["val_loss"][-1])}
+    else:
+        net = load_model(cfg, data, model)
+        test, val = evaluate_split(net, data, 2), evaluate_split(net, data, 1)
     out = {"acc": test["acc"], "loss": test["loss"], "val_acc": val["acc"], "val_loss": val["loss"],
            "params": float(model["adapter_params"]), "trainable_params": float(model["trainable_params"]),
            "lr": float(model["lr"]), "final_train_loss": float(model["final_train_loss"])}
@@ -476,7 +555,8 @@ def metrics(cfg: TaskConfig, model: dict, data: dict) -> dict[str, float]:
         out["merge_err"] = float(model["merge_err"])
     if model.get("pruned"):
         out["sparsity"] = float(model["sparsity"])
-    out.update(grid_metrics(cfg, data, model))
+    out.update(grid)
+    out.update(adapter_stats(cfg, data, model))
     return out
 
 
@@ -512,6 +592,8 @@ def compress_merge_prune(cfg: TaskConfig, model: dict, data: dict, variant: str,
     """The PEFT papers' compress stage: "merged" (every adapter folded into its weight; equal to the dense
     model by construction, merge_err measures it) and, per level of cfg.sparsities ("0.50", ...), the merged
     model with its adapted linears magnitude-pruned (prune_merged): what a merged adapter survives."""
+    if model.get("method") == "head":  # head-only: nothing adapted, nothing to merge or prune
+        return {}
     merged = merge(cfg, data, model)
     return {"merged": merged, **prune_merged(cfg, merged)}
 

@@ -54,6 +54,35 @@ def delta_m_comparisons(method: str, name: str, baselines, baselines_text: str, 
     return rows
 
 
+class ConflictCounter:
+    """Wraps a train_loop combine hook and measures gradient conflict on the shared parameters (added for fairgrad's
+    contract-v3 mechanism gate, as mmpareto's counter; other papers are unaffected unless they wrap their combiner):
+    per step, the pairwise cosines of the task gradients G (K, P); a step conflicts when some pair has g_i . g_j < 0.
+    stats(): conflict_frac (share of steps that conflict), mean_cos (mean over steps of the mean pairwise cosine) and
+    norm_ratio (mean over steps of max_k ||g_k|| / min_k ||g_k||, the imbalance a fair allocation also reacts to)."""
+
+    def __init__(self, combine) -> None:
+        self.combine, self.steps, self.conflicts, self.cos_sum, self.ratio_sum = combine, 0, 0, 0.0, 0.0
+
+    def __call__(self, G: torch.Tensor, losses: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            norms = G.norm(dim=1)
+            gram = G @ G.T
+            k = G.shape[0]
+            iu = torch.triu_indices(k, k, offset=1)
+            dots = gram[iu[0], iu[1]]
+            cos = dots / (norms[iu[0]] * norms[iu[1]]).clamp_min(1e-30)
+            self.conflicts += int(bool((dots < 0).any()))
+            self.cos_sum += float(cos.mean()) if cos.numel() else 1.0
+            self.ratio_sum += float(norms.max() / norms.min().clamp_min(1e-30))
+            self.steps += 1
+        return self.combine(G, losses)
+
+    def stats(self) -> dict:
+        n = max(1, self.steps)
+        return {"conflict_frac": self.conflicts / n, "mean_cos": self.cos_sum / n, "grad_norm_ratio": self.ratio_sum / n}
+
+
 def level_name(sparsity: float) -> str:
     return f"{sparsity:.2f}"
 

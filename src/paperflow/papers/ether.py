@@ -31,10 +31,29 @@ classification head, which every method needs, is trained at the fixed `head_lr`
 only the adapter's lr. The metrics record tuned_lr, grid_edge, every lr's test accuracy (acc@lr<i>) and the
 robustness numbers over the grid: acc_worst = min over the grid of TEST accuracy (the robustness claim is judged
 on it: per seed, the method's worst vs the baseline's worst) and acc_spread = max - min.
-The "similar accuracy" rows compare best vs best and are gated on LoRA's best lr lying inside the grid (a
-baseline tuned at its grid edge may be under-tuned, which would favour the method; the method at its edge can
-only be under-tuned, which works against the claim). Parameter counts are deterministic: facts (LoRA r=8 /
-ETHER = 16.3 on this layer), no verdict.
+The "similar accuracy" rows compare best vs best with directional grid-edge gates (contract v3): LoRA at its
+grid edge blocks only `reproduced` (an under-tuned baseline favours the method), ETHER/ETHER+
+at its edge blocks only `not reproduced` (an under-tuned method can only look worse). Parameter counts are
+deterministic: facts (LoRA r=8 / ETHER = 16.3 on this layer), no verdict.
+
+Head-only reference and the mechanism gate (issue 25). The head is trained in every run, and on a 6-way task over
+frozen cached layers the head alone might carry the accuracy, so that "within 5% of LoRA" would hold for any
+adapter, even none. Variant "head" is finetune's head-only run (nothing adapted) trained exactly as the head of
+every adapter run (fixed head_lr, same steps, schedule, batches and head init): the isolating ablation, an adapter
+run with its adapter removed (cheap: the frozen features are computed once). derive adds
+the view "head|margin" = acc_head / (1 - close_margin), and every "within the margin of LoRA" row carries the
+mechanism gate "LoRA beats head|margin" (paired 95% CI): head-only lies more than the margin below LoRA, so a
+method within the margin has adapted the layer. Failing, the row is `not testable` with the measured difference.
+A control row checks ETHER+ against head-only directly. Refuted (`not reproduced`) when ETHER+'s paired interval
+lies below -5% of LoRA's mean with that gate passing. The validation curve is not used by this paper, so it is
+sampled every eval_every = 50 steps (was 10), which pays for the head-only jobs (cost: docs in the report).
+The chosen run's test/validation numbers are read from the grid evaluation and its curve (finetune.metrics), not
+evaluated twice.
+
+Fidelity. Follows the authors' code (ether-instruct/lit_gpt/ether.py): the Householder and ETHER+ transforms
+(etherplusHH, v initialised to -u, both sides), Kaiming-uniform u, OFT as the code's 'oft', merging. Follows the
+paper's text, not the code: the block-diagonal arrangement for n > 1 (see above). Ours (reconstruction of the
+protocol at laptop scale): the task, the layer choice, the head-only reference, the lr grids and step budget.
 
 Compress stage (finetune.compress_merge_prune): "merged" = every adapter folded into its weight (W + s B A,
 W H, H_out W H_in, W Q), equal to the dense model by construction (merge_err = max |logit| difference on the
@@ -60,7 +79,8 @@ from ..spec import Comparison, Gate, PaperSpec, check
 
 N_LR = 3
 METHODS = ("ether", "ether_plus", "lora", "oft")
-VARIANTS = METHODS
+VARIANTS = METHODS + ("head",)  # head: finetune's head-only run (nothing adapted), the premise's reference
+HEAD_MARGIN = "head|margin"  # derived view: head-only accuracy / (1 - close_margin) (the mechanism gate)
 
 
 @dataclass(frozen=True)
@@ -68,6 +88,7 @@ class Config(ft.TaskConfig):
     lrs: tuple = (1e-4, 1e-3, 1e-2)  # the common absolute lr grid of the sweep (adapter parameters)
     head_lr: float = 1e-3  # the classification head, fixed across the sweep
     close_margin: float = 0.05  # "similar accuracy": within 5% (relative) of LoRA at the best lr
+    eval_every: int = 50  # ETHER uses no learning curve (only the final validation accuracy picks the lr)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -88,24 +109,48 @@ def sweep_groups(model: nn.Module, lr: float, head_lr: float) -> list[dict]:
 
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     check(variant in VARIANTS, f"variant must be one of {VARIANTS}, got {variant!r}")
+    if variant == "head":  # the exact ablation: every adapter run with its adapter removed (head at head_lr)
+        model = ft.finetune_grid(cfg, data, "head", (cfg.head_lr,), seed, log)
+        model.update({"variant": variant, "head_lr": float(cfg.head_lr)})
+        return model
     model = ft.finetune_grid(cfg, data, variant, cfg.lrs, seed, log,
                              groups=lambda m, r: sweep_groups(m, r, cfg.head_lr))
     model.update({"variant": variant, "head_lr": float(cfg.head_lr)})
     return model
 
 
+def derive(cfg: Config, rows: list[dict]) -> list[dict]:
+    """The mechanism gate's reference: per seed, a view HEAD_MARGIN of the head-only run whose accuracy is
+    acc_head / (1 - close_margin), so "LoRA beats it" (paired 95% CI) says head-only lies more than the headline's
+    margin below LoRA: within-margin-of-LoRA is then not reachable without adapting the layer."""
+    out = [dict(r) for r in rows]
+    for r in rows:
+        if r["variant"] == "head" and r.get("dense/acc") is not None:
+            out.append({"paper": r.get("paper", "ether"), "variant": HEAD_MARGIN, "seed": r["seed"],
+                        "dense/acc": float(r["dense/acc"]) / (1.0 - cfg.close_margin)})
+    return out
+
+
 def comparisons(cfg: Config) -> list[Comparison]:
     grid = ", ".join(f"{x:g}" for x in cfg.lrs)
     m = cfg.close_margin
-    lora_inside = (Gate("LoRA's best lr inside the grid", variant="lora", metric="grid_edge", below=0.5),)
+    inside = lambda v, name: Gate(f"{name}'s best lr inside the grid", variant=v, metric="grid_edge", below=0.5)  # noqa: E731
+    adapted = Gate(f"the adapted layer matters: LoRA beats head-only by more than the {m:.0%} margin (acc_lora > "
+                   f"acc_head / (1 - {m:g}), paired 95% CI), so a method within {m:.0%} of LoRA is not merely the head",
+                   comparison=Comparison("acc", "lora", HEAD_MARGIN, better="higher"), kind="mechanism")
+    close = lambda method, name: (inside("lora", "LoRA"), inside(method, name), adapted)  # noqa: E731
     level = ft.level_names(cfg)[0]
     return [
         Comparison("acc", "ether_plus", "lora", better="higher", kind="close", margin=m, role="headline",
-                   gates=lora_inside,
+                   gates=close("ether_plus", "ETHER+"),
                    text=f"ETHER+ at its best lr within {m:.0%} of (or above) LoRA r={cfg.lora_r} at its best lr, with "
-                        f"fewer parameters (the parameter ratios are facts below)"),
+                        f"fewer parameters (the parameter ratios are facts below), where LoRA beats head-only by more "
+                        f"than the margin",
+                   refuted_if=f"the 95% interval of ETHER+ minus LoRA test accuracy (paired by seed, each at its best "
+                              f"validation lr) lies below -{m:.0%} of LoRA's mean, with LoRA beating head-only by more "
+                              f"than the margin"),
         Comparison("acc", "ether", "lora", better="higher", kind="close", margin=m, role="secondary",
-                   gates=lora_inside,
+                   gates=close("ether", "ETHER"),
                    text=f"ETHER at its best lr within {m:.0%} of (or above) LoRA at its best lr"),
         Comparison("acc_worst", "ether_plus", "lora", better="higher", role="secondary",
                    text=f"robust to the lr: ETHER+'s worst test accuracy over the lr grid ({grid}) above LoRA's"),
@@ -113,8 +158,12 @@ def comparisons(cfg: Config) -> list[Comparison]:
                    text=f"robust to the lr: ETHER's worst test accuracy over the lr grid ({grid}) above LoRA's"),
         Comparison("acc_worst", "ether_plus", "oft", better="higher", role="secondary",
                    text=f"robust to the lr: ETHER+'s worst test accuracy over the lr grid ({grid}) above OFT's"),
+        Comparison("acc", "ether_plus", "head", better="higher", role="control",
+                   gates=(inside("ether_plus", "ETHER+"),),
+                   text="ETHER+ (best lr) more accurate than head-only (the same run without the adapter): the "
+                        "reflections adapt the layer"),
         Comparison("acc", "ether_plus", "lora", better="higher", kind="close", margin=m,
-                   stage="compressed", level=level, role="control", gates=lora_inside,
+                   stage="compressed", level=level, role="control", gates=close("ether_plus", "ETHER+"),
                    text=f"after merging and magnitude-pruning the adapted layer to {cfg.sparsities[0]:.0%}: ETHER+ "
                         f"within {m:.0%} of LoRA (best lrs)"),
         Comparison("params", "lora", "ether", role="fact",
@@ -135,7 +184,7 @@ SPEC = register_paper(PaperSpec(
     Config=Config,
     variants=VARIANTS,
     prepare=ft.prepare_task_shared, train=train, compress=ft.compress_merge_prune, evaluate=ft.metrics,
-    comparisons=comparisons,
+    comparisons=comparisons, derive=derive,
     resources=("smollm2", "austen"),
     data=("pretrained SmolLM2-135M-Instruct (resources/smollm2-135m) fine-tuned to attribute 32-token passages to "
           "one of the six Jane Austen novels (resources/austen.json); train/val/test passages from disjoint "
@@ -145,7 +194,9 @@ SPEC = register_paper(PaperSpec(
                    "the TOP decoder layer adapted (q/k/v/o/gate/up/down), bottom 29 frozen with activations cached "
                    "once in float16; last-token head trained at a fixed lr in every run; n=4 diagonal blocks; "
                    "32-token passages, 250 train passages per novel, 300 AdamW steps of 16; a 3-point common lr "
-                   "grid; the paper's block-diagonal form rather than the code's row-major reshape (n>1); no dropout"),
+                   "grid; the paper's block-diagonal form rather than the code's row-major reshape (n>1); no "
+                   "dropout; a head-only ablation (every adapter run with its adapter removed) for the mechanism "
+                   "gate; the validation curve sampled every 50 steps (unused here)"),
     compression=("merge: each adapter folded into its weight (LoRA W + sBA, ETHER W H, ETHER+ H_out W H_in, OFT W Q; "
                  "merged == unmerged by construction, a fact), then the merged adapted linears magnitude-pruned per "
                  "matrix at `sparsities` (the frozen cached layers stay dense)"),

@@ -1,8 +1,14 @@
 """ICL functional GD: "Transformers Implement Functional Gradient Descent to Learn Non-Linear Functions In
 Context", Xiang Cheng, Yuxin Chen, Suvrit Sra, ICML 2024 (PMLR 235:8002-8037; arXiv 2312.06528).
-Official code: none published; everything is written from the paper's setup (fidelity "paper-text"). Equation
-numbers are ours (E1..E6): the full text was not reachable, only the abstract and a summary naming Proposition 3.1
-("for any kernel K some attention matrices make the forward pass functional GD in the RKHS of K").
+Official code: none published. Fidelity "reconstruction": the paper's equations were not read verbatim. What was read
+(search corpus `pages`, several queries on the title with "Proposition 3.1/3.4", "experiments", the kernels): the
+abstract, summaries of Section 3 (Proposition 3.1: for any kernel K some attention matrices make the forward pass
+functional GD in the RKHS of K; Proposition 3.4: with h matched to the generating kernel the construction reaches the
+Bayes-optimal predictor) and the experimental setup (covariates i.i.d. on the unit sphere; labels from a GP with
+K_linear(u,v) = u.v, K_relu(u,v) = relu(u.v) or K_exp(u,v) = exp(u.v); Adam with gradient clipping; "to verify
+Proposition 3.4 we compare different choices of h against different choices of generating kernel K", their
+Figures 1-2). The layer equation E2, its sparse parametrisation and the metrics below are our reconstruction from
+those summaries; equation numbers are ours (E1..E6).
 
 Task (E1). A prompt holds n examples and one query as the columns of Z_0 = [x_1 .. x_n x_q; y_1 .. y_n 0] in
 R^{(d+1) x (n+1)}, x on the unit sphere S^{d-1} (K(x, x) constant), y_i = f(x_i) + eps_i, f ~ GP(0, K_c) drawn
@@ -84,6 +90,7 @@ class Config:
     fit_steps: int = 100  # Adam steps fitting FGD step sizes to a model's predictions (fgd_gap, dense only)
     log_every: int = 50
     close_margin: float = 0.10  # "matched transformer within 10% of closed-form FGD" row
+    fgd_gap_max: float = 0.10  # mechanism gate: matched transformer within 10% (of E y_q^2) of L-step FGD
     sparsities: tuple = (0.5, 0.8)  # compress: global magnitude pruning of B, C of each transformer
 
     def __post_init__(self) -> None:
@@ -98,6 +105,7 @@ class Config:
         check(min(self.steps, self.batch_size, self.fgd_steps, self.fit_steps, self.log_every) >= 1 and self.warmup >= 0,
               "steps, batch_size, fgd_steps, fit_steps, log_every must be >= 1 and warmup >= 0")
         check(self.lr > 0 and self.fgd_lr > 0 and self.close_margin >= 0, "need lr, fgd_lr > 0 and close_margin >= 0")
+        check(self.fgd_gap_max > 0, f"fgd_gap_max must be > 0, got {self.fgd_gap_max}")
         check(len(self.sparsities) >= 1 and all(0 < s < 1 for s in self.sparsities),
               f"sparsities must be in (0, 1), got {self.sparsities}")
 
@@ -406,12 +414,19 @@ def comparisons(cfg: Config) -> list[Comparison]:
     lv = f"{cfg.sparsities[0]:.2f}"
     gates = (Gate("the matched transformer learned in context (R^2 > 0.5 on the eval prompts)", variant="on|matched",
                   metric="r2", above=0.5),
+             Gate(f"the mechanism: the matched transformer's predictions are functional GD in the data kernel's RKHS "
+                  f"(normalised MSE to L-step FGD with fitted steps, fgd_gap, < {cfg.fgd_gap_max:g})",
+                  variant="on|matched", metric="fgd_gap", below=cfg.fgd_gap_max, kind="mechanism"),
              Gate(f"kernel matching matters at L={cfg.n_layer} steps: closed-form FGD with the class kernel beats FGD "
                   f"with the swapped kernel", comparison=Comparison("rel_err", "on|fgd", "on|fgd_swap", better="lower")))
     rows = [
         Comparison("rel_err", "on|matched", "on|swapped", better="lower", role="headline", gates=gates,
                    text="activation matched to the function class wins: relu attention on K_relu and exp attention on "
-                        "K_exp have lower ICL error (/ Bayes error, mean of the two classes) than the swapped activations"),
+                        "K_exp have lower ICL error (/ Bayes error, mean of the two classes) than the swapped activations",
+                   refuted_if="the swapped activations have the lower error (/ Bayes, mean of the two classes; paired "
+                              "95% interval over seeds wholly on the swapped side) while the matched transformer learned "
+                              "(R^2 > 0.5), tracks functional GD (fgd_gap below the gate) and kernel matching matters for "
+                              "closed-form FGD"),
         Comparison("rel_err", "on|matched", "on|linear", better="lower", role="secondary",
                    text="the matched transformer beats the linear-attention transformer (baseline)"),
         Comparison("rel_err", "on|matched", "on|softmax", better="lower", role="secondary",
@@ -451,7 +466,7 @@ SPEC = register_paper(
         comparisons=comparisons,
         derive=derive,
         resources=(),
-        fidelity="paper-text",
+        fidelity="reconstruction",
         data=(
             "synthetic in-context regression: per prompt f ~ GP(0, K) with K_relu(u,v)=relu(u.v) (PSD-clipped) or "
             "K_exp(u,v)=exp(u.v), x uniform on the unit sphere, d=3, noise 0.1; n in [8, 32] examples + one "

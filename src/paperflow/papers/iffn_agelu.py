@@ -29,7 +29,8 @@ hidden width shrink. Implemented:
   (A4) y = FC2(u), 4C -> C. So FC1 costs half of the 4x FFN's, FC2 the same, plus the depth-wise conv.
 
 Variants (paperflow.nn.vit.ViT with an ffn_fn factory; everything else identical, class-token pooling as
-DeiT): "iffn" (A1)-(A4); "ffn4x" the standard FFN Linear(C, 4C)-GeLU-Linear(4C, C); "ffn_small" the plain
+DeiT): "iffn" (A1)-(A4); "iffn_nose" (A1), (A2), (A4) without the spatial part (the ablation that isolates the
+AGeLU branches, the paper's "amplified non-linearity"; issue 25); "ffn4x" the standard FFN Linear(C, 4C)-GeLU-Linear(4C, C); "ffn_small" the plain
 FFN with a reduced hidden width. OUR CHOICE: by default (small_ratio = 0) its hidden width is the one whose
 counted FFN FLOPs equal the IFFN's (FC1 + FC2 of the IFFN cost 2C*C + 4C*C = 6C^2 per token, plus the counted
 depth-wise conv; a plain FFN of hidden H costs 2 C H), i.e. the control at equal cost: "does the AGeLU / SE
@@ -48,6 +49,19 @@ matrix of the transformer blocks - qkv, proj, FC1, FC2 and the IFFN's depth-wise
 fraction of its smallest-|w| entries) at the two `sparsities`; patch embedding, positions, class token,
 norms, AGeLU parameters and the head stay dense. It asks whether the IFFN's accuracy survives pruning as well
 as the 4x FFN's.
+
+Claims (contract v3). Headline: IFFN accuracy within acc_margin (relative) of the 4x FFN or better; refuted if the
+paired 95% interval of acc(IFFN) - acc(FFN 4x) lies below -acc_margin x the 4x FFN's mean. Mechanism gate (issue 25,
+as dcmha's "bigger is better"): the 4x FFN beats the plain FFN of reduced width (ffn_small, FLOPs-matched to the
+IFFN by default) on test accuracy over the same seeds; if FFN width does not limit accuracy in this setting, any
+small FFN is "within 1% of the 4x FFN" and the headline is `not testable` (the report prints the measured gap).
+Isolating ablations (secondary rows): IFFN vs ffn_small (same counted FLOPs, plain GeLU, no spatial part); iffn_nose
+vs ffn_small (the AGeLU branches alone against a plain FFN of about the same FLOPs: the paper's thesis) and IFFN vs
+iffn_nose (what the spatial depth-wise conv adds). Cost: the default profile went from 10 seeds x 3 variants (30
+jobs) to 10 seeds x 4 variants (40 jobs; iffn_nose is cheaper than iffn; seeds were not cut, the headline's power is
+kept), and data_seed 0 -> 1 re-draws the train/test subsets because these settings changed after the v2 default
+results existed.
+FLOPs and parameter counts are facts.
 
 Fidelity: "reconstruction" - no code exists, and the paper's equations could not be read offline; the
 formulation is ours, from the abstract and the patent claims (the choices are marked above).
@@ -74,7 +88,7 @@ from ..nn.vit import MLP, ViT, ViTConfig
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
 
-VARIANTS = ("iffn", "ffn4x", "ffn_small")
+VARIANTS = ("iffn", "ffn4x", "ffn_small", "iffn_nose")
 
 
 @dataclass(frozen=True)
@@ -82,7 +96,7 @@ class Config:
     # data
     n_train: int = 30000
     n_test: int = 2000
-    data_seed: int = 0
+    data_seed: int = 1  # v3: 0 -> 1 re-draws the train and test subsets (settings changed after the v2 default run)
     # model (paperflow.nn.vit, class token pooling)
     image_size: int = 28
     patch_size: int = 7
@@ -199,11 +213,11 @@ def matched_hidden(cfg: Config) -> int:
 def make_arch(cfg: Config, variant: str) -> dict:
     check(variant in VARIANTS, f"iffn_agelu: variant must be one of {VARIANTS}, got {variant!r}")
     small = cfg.small_ratio or matched_hidden(cfg) / cfg.d_model
-    ratio = {"iffn": cfg.iffn_ratio, "ffn4x": cfg.base_ratio, "ffn_small": small}[variant]
+    ratio = {"iffn": cfg.iffn_ratio, "iffn_nose": cfg.iffn_ratio, "ffn4x": cfg.base_ratio, "ffn_small": small}[variant]
     vit = ViTConfig(image_size=cfg.image_size, patch_size=cfg.patch_size, in_channels=1, n_classes=10,
                     d_model=cfg.d_model, n_layer=cfg.n_layer, n_head=cfg.n_head, mlp_ratio=ratio, pool="cls")
-    return {"vit": vit.to_dict(), "ffn": "iffn" if variant == "iffn" else "mlp", "n_branches": cfg.n_branches,
-            "se_kernel": cfg.se_kernel, "variant": variant}
+    return {"vit": vit.to_dict(), "ffn": "iffn" if variant in ("iffn", "iffn_nose") else "mlp", "n_branches": cfg.n_branches,
+            "se_kernel": 0 if variant == "iffn_nose" else cfg.se_kernel, "variant": variant}
 
 
 def build_model(arch: dict) -> ViT:
@@ -271,15 +285,31 @@ def comparisons(cfg: Config) -> list[Comparison]:
     learns = Gate("the 4x-FFN ViT learns the task (mean accuracy > 50%, chance 10%)", variant="ffn4x", metric="acc", above=50.0)
     level = level_name(cfg.sparsities[0])
     small = f"{cfg.small_ratio:g}x" if cfg.small_ratio else "FLOPs-matched to the IFFN"
+    width_limits = Gate(f"FFN width limits accuracy here: the standard {cfg.base_ratio:g}x FFN beats the plain FFN of reduced "
+                        f"width ({small}) (else 'within {cfg.acc_margin:.0%} of the {cfg.base_ratio:g}x FFN at fewer FLOPs' "
+                        "holds for any small FFN)",
+                        comparison=Comparison("acc", "ffn4x", "ffn_small", better="higher"), kind="mechanism")
     return [
-        Comparison("acc", "iffn", "ffn4x", better="higher", kind="close", margin=cfg.acc_margin, role="headline", gates=(learns,),
+        Comparison("acc", "iffn", "ffn4x", better="higher", kind="close", margin=cfg.acc_margin, role="headline",
+                   gates=(learns, width_limits),
                    text=f"IFFN (AGeLU branches + spatial enhancement, FC1 {cfg.iffn_ratio:g}x) accuracy within "
-                        f"{cfg.acc_margin:.0%} of the standard {cfg.base_ratio:g}x FFN or better, at fewer FLOPs"),
+                        f"{cfg.acc_margin:.0%} of the standard {cfg.base_ratio:g}x FFN or better, at fewer FLOPs",
+                   refuted_if=f"the IFFN ViT's test accuracy is more than {cfg.acc_margin:.0%} (relative) below the "
+                              f"{cfg.base_ratio:g}x-FFN ViT's: the paired 95% interval of acc(IFFN) - acc(FFN 4x) lies "
+                              f"entirely below -{cfg.acc_margin:.0%} of the 4x FFN's mean"),
         Comparison("flops", "iffn", "ffn4x", role="fact", text="counted forward FLOPs per image, IFFN ViT vs 4x-FFN ViT"),
         Comparison("params", "iffn", "ffn4x", role="fact", text="parameters, IFFN ViT vs 4x-FFN ViT"),
         Comparison("flops", "ffn_small", "iffn", role="fact", text=f"counted FLOPs of the plain-FFN control ({small}) vs the IFFN ViT"),
         Comparison("acc", "iffn", "ffn_small", better="higher", role="secondary", gates=(learns,),
-                   text=f"IFFN beats a plain FFN of reduced hidden width ({small}): do AGeLU / SE matter?"),
+                   text=f"(isolating ablation) IFFN beats a plain FFN of reduced hidden width ({small}): do AGeLU / SE matter?"),
+        Comparison("acc", "iffn_nose", "ffn_small", better="higher", role="secondary", gates=(learns,),
+                   text=f"(ablation: the AGeLU branches alone) IFFN without the spatial part, at fewer FLOPs, beats the plain "
+                        f"FFN ({small}): does amplified non-linearity, the paper's thesis, let the hidden width shrink?"),
+        Comparison("acc", "iffn", "iffn_nose", better="higher", role="secondary", gates=(learns,),
+                   text="(ablation: the spatial part) IFFN beats IFFN without spatial enhancement"),
+        Comparison("flops", "iffn_nose", "iffn", role="fact", text="counted FLOPs of IFFN without the spatial part vs the IFFN ViT"),
+        Comparison("acc", "ffn4x", "ffn_small", better="higher", role="control", gates=(learns,),
+                   text=f"(premise) the {cfg.base_ratio:g}x FFN beats the plain FFN of reduced width ({small})"),
         Comparison("acc", "iffn", "ffn4x", better="higher", kind="close", margin=cfg.acc_margin, stage="compressed", level=level,
                    role="secondary", gates=(learns,),
                    text=f"after magnitude pruning of the blocks' matrices to {float(level):.0%}, IFFN accuracy still within "

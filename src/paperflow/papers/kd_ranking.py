@@ -44,8 +44,19 @@ derive() makes the views "kd|none", "kd|kl", "kd|rank" (compressed:w<width>/*, c
 dense teacher columns copied) and adds compressed:w<width>/drop = acc(validation-best teacher's student) -
 acc(this teacher's student) on the test set (for none exactly 0: the same student at every teacher) and
 dense/corr_acc_ece = Pearson over teachers of the student's acc with the teacher's ECE.
-Claims: premise gate (with KL, the largest teacher's student is worse than the best teacher's, i.e. drop > 0;
-if not, the headline is not testable), headline = the ranking loss has a smaller drop than KL.
+Claims (contract v3). Headline (the abstract's "ranking-based loss ... aiding large models with poor calibration
+to teach better"): with the largest teacher, the ListMLE student is more accurate than the KL student (paired over
+seeds). Refuted if the ListMLE student is less accurate. Its two mechanism gates are measured in the runs:
+  - dense/ece_gap > ECE_GAP_MIN: the largest teacher's test ECE exceeds the smallest teacher's (the paper's premise
+    that large teachers are badly calibrated; nothing forces it here, so it is checked);
+  - the ListMLE student from the largest teacher beats the no-teacher student (dense/student_acc_largest): the
+    ranking target transfers something, so a win over KL is not merely "KL hurts and the ranking term is inert".
+v2 judged "rank has a smaller drop than KL" instead; that row is now secondary (gated on the capacity-mismatch
+premise, drop_KL > 0), because `none` has drop 0 by construction and ListMLE's order-only target is nearly the
+same for every accurate teacher, so a small drop follows from ignoring the teacher as much as from using it well.
+The paper's exact ranking loss is still not retrieved (issue 25: the `pages` corpus holds the abstract and a
+third-party summary of the introduction only, queried on the title, "ranking-based loss", "capacity mismatch
+calibration", "Spearman Kendall ListNet"); ListMLE stays our choice (fidelity "reconstruction").
 """
 from __future__ import annotations
 
@@ -345,7 +356,11 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
     """Views "kd|<loss>" of each (kd, seed) row: compressed:<level>/<m> = compressed:<loss>_<level>/<m>, the
     teachers' ECE as compressed:w<width>/teacher_ece, compressed:w<width>/drop = acc(best) - acc(w<width>)
     with the best teacher chosen on validation accuracy (ties: the smaller teacher), dense/best_teacher
-    (its index) and dense/corr_acc_ece = Pearson(student acc, teacher ECE) over the teachers (nan -> absent)."""
+    (its index), dense/corr_acc_ece = Pearson(student acc, teacher ECE) over the teachers (nan -> absent), and two
+    columns whose names do not depend on the teacher widths (so the smoke profile logs them too):
+    dense/student_acc_largest = the test accuracy of this loss's student from the largest teacher, and
+    dense/ece_gap = test ECE of the largest teacher - test ECE of the smallest (how much worse calibrated the big
+    teacher is: the paper's mechanism, measured)."""
     out = [dict(r) for r in rows]
     names = cfg.teacher_names
     for r in rows:
@@ -372,30 +387,48 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
                 corr = pearson(accs, eces) if None not in eces else float("nan")
                 if not math.isnan(corr):
                     new["dense/corr_acc_ece"] = corr
+            if accs[-1] is not None:
+                new["dense/student_acc_largest"] = accs[-1]
+            if f"dense/ece_{names[-1]}" in r and f"dense/ece_{names[0]}" in r:
+                new["dense/ece_gap"] = r[f"dense/ece_{names[-1]}"] - r[f"dense/ece_{names[0]}"]
             out.append(new)
     return out
 
 
+ECE_GAP_MIN = 0.01  # mechanism gate: the largest teacher's test ECE exceeds the smallest's by > 1 ECE point
+
+
 def comparisons(cfg: Config) -> list[Comparison]:
-    big, lv = cfg.teacher_names[-1], f"pruned{cfg.prune_level:.2f}"
+    big, small, lv = cfg.teacher_names[-1], cfg.teacher_names[0], f"pruned{cfg.prune_level:.2f}"
     v = lambda loss: f"{VARIANT}|{loss}"  # noqa: E731
-    premise = Gate(f"capacity mismatch under KL (the paper's premise): the largest teacher's ({big}) KL student is worse "
-                   "than the validation-best teacher's (drop > 0; the no-teacher student's drop is 0 by construction)",
+    worse_calibrated = Gate(
+        f"the largest teacher ({big}) is worse calibrated than the smallest ({small}): test ECE gap > {ECE_GAP_MIN} "
+        "(the paper's premise: large teachers are over-confident; measured, not forced)",
+        variant=v("kl"), metric="ece_gap", above=ECE_GAP_MIN, kind="mechanism")
+    rank_uses_teacher = Gate(
+        f"the ranking loss transfers something from the largest teacher: its student beats the no-teacher student "
+        "(else a win over KL only says KL hurts, and the order-only target is inert)",
+        comparison=Comparison("student_acc_largest", v("rank"), v("none"), better="higher"), kind="mechanism")
+    premise = Gate(f"capacity mismatch under KL: the largest teacher's ({big}) KL student is worse than the "
+                   "validation-best teacher's (drop > 0; the no-teacher student's drop is 0 by construction)",
                    comparison=Comparison("drop", v("kl"), v("none"), better="higher", stage="compressed", level=big))
     return [
-        Comparison("drop", v("rank"), v("kl"), better="lower", stage="compressed", level=big, role="headline",
+        Comparison("acc", v("rank"), v("kl"), better="higher", stage="compressed", level=big, role="headline",
+                   gates=(worse_calibrated, rank_uses_teacher),
+                   text=f"ranking loss lets the largest, worst-calibrated teacher ({big}) teach better than KL: its "
+                        "ListMLE student has higher test accuracy than its KL student",
+                   refuted_if=f"the ListMLE student distilled from {big} is less accurate than the KL student distilled "
+                              "from the same teacher (paired 95% interval over seeds entirely below 0)"),
+        Comparison("drop", v("rank"), v("kl"), better="lower", stage="compressed", level=big, role="secondary",
                    gates=(premise,),
                    text=f"ranking loss removes the drop with larger teachers: acc(best teacher's student) - acc({big}'s "
-                        "student) is smaller with ListMLE than with KL"),
-        Comparison("acc", v("rank"), v("kl"), better="higher", stage="compressed", level=big, role="secondary",
-                   text=f"ranking loss lets the largest teacher ({big}) teach better than KL (student accuracy)"),
+                        "student) is smaller with ListMLE than with KL (an order-only target varies little across "
+                        "accurate teachers, so this row follows the headline rather than adding to it)"),
         Comparison("corr_acc_ece", v("kl"), v("rank"), better="lower", role="secondary",
                    text="KL student accuracy tracks teacher calibration (more negative Pearson(student acc, teacher ECE) "
                         "over the teachers) than the ranking loss's"),
         Comparison("acc", v("kl"), v("none"), better="higher", stage="compressed", level=big, role="control",
                    fidelity="paper-text", text=f"KL distillation from {big} beats no distillation"),
-        Comparison("acc", v("rank"), v("none"), better="higher", stage="compressed", level=big, role="control",
-                   text=f"ranking-loss distillation from {big} beats no distillation"),
         Comparison("acc", v("rank"), v("kl"), better="higher", stage="compressed", level=lv, role="control",
                    text=f"after magnitude pruning the {big} students to {cfg.prune_level:.0%} (no fine-tune), ranking still beats KL"),
     ]
@@ -404,7 +437,7 @@ def comparisons(cfg: Config) -> list[Comparison]:
 SPEC = register_paper(PaperSpec(
     id="kd_ranking",
     title="Revisit the Essence of Distilling Knowledge through Calibration",
-    claim="ranking loss removes the drop with larger teachers",
+    claim="ranking loss lets large, badly calibrated teachers teach better than KL",
     Config=Config,
     variants=(VARIANT,),
     prepare=prepare, train=train, compress=compress, evaluate=evaluate,
