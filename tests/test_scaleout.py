@@ -127,7 +127,7 @@ def _check_store(uri: str, ws: Path, papers) -> None:
             assert parent.info.status == "FINISHED" and parent.data.tags["paper"] == paper
             saved = json.loads((ws / "results" / paper / row["variant"] / f"seed{row['seed']}" / "metrics.json").read_text())
             for key, value in saved["metrics"].items():  # MLflow keys are the sanitised ones (tracking._clean)
-                assert parent.data.metrics[_clean(key)] == pytest.approx(value, rel=1e-6, abs=1e-9), (paper, key)
+                assert parent.data.metrics[_clean(key)] == pytest.approx(value, rel=1e-6, abs=1e-9, nan_ok=True), (paper, key)
             children = {r.data.tags.get("stage") for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
             assert {"train", "compress", "evaluate"} <= children, (paper, children)
 

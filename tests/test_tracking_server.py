@@ -118,3 +118,24 @@ def test_a_stage_run_later_outside_the_workflow_finds_its_parent(server, monkeyp
     monkeypatch.delenv("PAPERFLOW_TRACKING_STORE")  # a later shell: no workflow, no server
     ctx = stages.Context(root=root, settings=None, tracking_uri=store)
     assert stages._parent(ctx, "demo", "later", 0) == parent
+
+
+def test_a_non_finite_metric_does_not_lose_the_batch(server, monkeypatch):
+    """json.dumps writes bare NaN, which the server rejects with the whole batch: slab's ln_softmax runs lost every
+    evaluate metric for one undefined mechanism value (sla_share of a model without SLA). Non-finite values go as
+    protobuf JSON strings and read back as such."""
+    import math
+
+    root, store, uri = server
+    monkeypatch.setenv("PAPERFLOW_TRACKING_STORE", store)
+    tracking.init_store(uri, ["demo_nan"])
+    parent = tracking.create_parent_run(uri, "demo_nan", "method", 0, {"profile": "smoke"})
+    with tracking.stage_run(uri, paper="demo_nan", stage="evaluate", tags={"variant": "method", "seed": "0"}, parent_id=parent) as run:
+        run.log_final({"dense/acc": 18.2, "dense/sla_share": float("nan"), "dense/ratio": float("inf")})
+
+    from mlflow.tracking import MlflowClient
+
+    metrics = MlflowClient(tracking_uri=store).get_run(parent).data.metrics
+    assert metrics["dense/acc"] == 18.2
+    assert math.isnan(metrics["dense/sla_share"])
+    assert metrics["dense/ratio"] >= 1.7e308  # MLflow's store clamps +inf to the largest float

@@ -15,6 +15,7 @@ that is down ("connection refused") is retried with backoff and then fails loudl
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 import urllib.error
@@ -26,6 +27,18 @@ from typing import Any, Iterable, Mapping, Sequence
 
 API = "/api/2.0/mlflow"
 ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts"
+
+
+def _json_float(value: Any) -> float | str:
+    """A metric value as MLflow's protobuf JSON reads it: non-finite values as the strings "NaN" / "Infinity" /
+    "-Infinity" (json.dumps would write bare NaN, which is not JSON: the server then rejects the whole batch, and a
+    variant's every metric went missing for one undefined one, e.g. slab's sla_share on a model without SLA)."""
+    v = float(value)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
 
 
 class RestError(RuntimeError):
@@ -160,7 +173,8 @@ class RestClient:
     def log_batch(self, run_id: str, metrics: Sequence[Any] = (), params: Sequence[Any] = (), tags: Sequence[Any] = ()) -> None:
         payload = {
             "run_id": run_id,
-            "metrics": [{"key": m.key, "value": float(m.value), "timestamp": int(m.timestamp), "step": int(m.step)} for m in metrics],
+            "metrics": [{"key": m.key, "value": _json_float(m.value), "timestamp": int(m.timestamp), "step": int(m.step)}
+                        for m in metrics],
             "params": [{"key": p.key, "value": str(p.value)} for p in params],
             "tags": [{"key": t.key, "value": str(t.value)} for t in tags],
         }
