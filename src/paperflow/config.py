@@ -245,6 +245,7 @@ def workflow_plan(params: Mapping[str, Any], cache: str | Path | None = None) ->
                     "variants": list(get_paper(pid).variants),
                     "resources": list(get_paper(pid).resources),
                     "weight": int(get_paper(pid).weight),
+                    "threads": get_paper(pid).job_threads(),
                     "code": paper_code(get_paper(pid)),
                     "section": settings.sections[pid],
                 }

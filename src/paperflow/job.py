@@ -58,6 +58,20 @@ def _write_usage(path: str | None, usage: dict) -> None:
             json.dump(usage, fh)
 
 
+def torch_threads(argv: list[str]) -> int:
+    """The torch threads the CLI will run this job with (cli._torch_threads, without importing it): --job-threads
+    T over PAPERFLOW_SLOTS_PER_CPU, or --threads N, else 1. The cost table multiplies job time by it: a
+    two-thread job holds two CPUs for its wall time."""
+    def value(flag: str) -> int | None:
+        return int(argv[argv.index(flag) + 1]) if flag in argv[:-1] and argv[argv.index(flag) + 1].isdigit() else None
+
+    job_threads, threads = value("--job-threads"), value("--threads")
+    if job_threads is not None:
+        slots = max(1, int(os.environ.get("PAPERFLOW_SLOTS_PER_CPU", "1")))
+        return max(1, min(os.cpu_count() or 1, job_threads // slots))
+    return max(1, threads or 1)
+
+
 def main(argv: list[str]) -> int:
     usage_path = None
     if argv[:1] == ["--usage"]:
@@ -66,9 +80,10 @@ def main(argv: list[str]) -> int:
     answer = _via_server(argv) if _use_server() else None
     if answer is not None:
         _write_usage(usage_path, {"via": "jobserver", "wall_s": time.monotonic() - t0, "cpu_s": answer["cpu_s"],
-                                  "maxrss_mb": answer["maxrss_mb"], "rc": answer["rc"]})
+                                  "maxrss_mb": answer["maxrss_mb"], "rc": answer["rc"],
+                                  "threads": torch_threads(argv)})
         return int(answer["rc"])
-    _write_usage(usage_path, {"via": "process"})  # Snakemake's benchmark of this process tree is the truth
+    _write_usage(usage_path, {"via": "process", "threads": torch_threads(argv)})  # Snakemake's benchmark of this process tree is the truth
     sys.stdout.flush()
     os.execv(sys.executable, [sys.executable, "-m", "paperflow.cli", *argv])
     return 127  # not reached

@@ -235,11 +235,17 @@ class Server:
         print("[jobserver] stopped", flush=True)
 
 
-def serve(sock_path: Path, watch: Path | None = None) -> None:
+def serve(sock_path: Path, watch: Path | None = None, preload_lm: list[str] | None = None) -> None:
     t0 = time.monotonic()
     _preload()
-    server = Server(sock_path, watch)
     print(f"[jobserver] preloaded torch and {len(sys.modules)} modules in {time.monotonic() - t0:.1f} s", flush=True)
+    for model_dir in preload_lm or []:  # a run with LM papers: the weights once, shared by every job's fork
+        t1 = time.monotonic()
+        from .data import smollm2
+
+        smollm2.preload(model_dir)
+        print(f"[jobserver] preloaded the LM {model_dir} in {time.monotonic() - t1:.1f} s", flush=True)
+    server = Server(sock_path, watch)
     server.serve_forever()
 
 
@@ -257,8 +263,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def start(root: Path, wait_s: float = 120.0, watch: Path | None = None) -> int:
-    """Start a fresh server in `root` (any earlier one is stopped: its imports may be stale); returns its pid."""
+def start(root: Path, wait_s: float = 120.0, watch: Path | None = None, preload_lm: list[str] | None = None) -> int:
+    """Start a fresh server in `root` (any earlier one is stopped: its imports may be stale); returns its pid.
+    preload_lm: SmolLM2 model folders to load before serving (data/smollm2.py, preload)."""
     root = Path(root).resolve()
     stop(root)
     for rel in (SOCKET, STATE, LOG):
@@ -268,6 +275,7 @@ def start(root: Path, wait_s: float = 120.0, watch: Path | None = None) -> int:
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with open(root / LOG, "ab") as log:
         cmd = [sys.executable, "-m", "paperflow.jobserver", "--socket", str(SOCKET)] + (["--watch", str(watch)] if watch else [])
+        cmd += [arg for d in preload_lm or [] for arg in ("--preload-lm", str(Path(d).resolve()))]
         proc = subprocess.Popen(cmd, cwd=root,
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
@@ -318,11 +326,11 @@ def stop(root: Path, wait_s: float = 15.0) -> bool:
     return True
 
 
-def start_for_workflow(root: Path) -> int | None:
+def start_for_workflow(root: Path, preload_lm: list[str] | None = None) -> int | None:
     """The Snakefile's onstart (after the tracking server, whose URI the jobs' environment carries)."""
     if not wanted():
         return None
-    pid = start(root)
+    pid = start(root, preload_lm=[d for d in preload_lm or [] if Path(d).is_dir()])
     os.environ["PAPERFLOW_OWN_JOBSERVER"] = "1"
     from .watchdog import spawn
 
@@ -341,5 +349,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="paperflow job fork server (started by the Snakefile)")
     parser.add_argument("--socket", type=Path, default=SOCKET)
     parser.add_argument("--watch", type=Path, help="source tree whose edits make the server refuse jobs (tests)")
+    parser.add_argument("--preload-lm", action="append", default=[], help="SmolLM2 folder to load before serving")
     args = parser.parse_args()
-    serve(args.socket, args.watch)
+    serve(args.socket, args.watch, args.preload_lm)

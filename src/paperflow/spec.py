@@ -155,6 +155,11 @@ class Comparison:
         return f"compressed:{self.level}/{self.metric}"
 
 
+# A job gets 2 threads when its measured 2-thread speedup is at least this (two 1-thread jobs give 2.0 x):
+# the 5% throughput given up buys a shorter critical path for the longest jobs.
+THREADS_RULE = 1.8
+
+
 @dataclass(frozen=True)
 class PaperSpec:
     id: str
@@ -183,8 +188,12 @@ class PaperSpec:
     # (cost metric, quality metric), e.g. ("flops", "acc"): the report plots quality against the measured
     # cost of every variant, dense and at every compression level (the "saving vs metric" figure).
     tradeoff: tuple[str, str] | None = None
-    # Relative CPU weight of one train job: heavy jobs get more threads (workflow/rules/common.smk).
+    # Relative memory and run-time weight of one job (2 = a 135M LM): the SLURM profile's mem/time requests.
     weight: int = 1
+    # Measured speedup of the paper's main job at 2 torch threads over 1 on an idle 2-CPU machine
+    # (benchmarks/bench_efficiency.py --scaling; 0 = not measured). Threads per job follow it, not the weight:
+    # 2 threads only where they give >= THREADS_RULE x, since two 1-thread jobs side by side give 2.0 x.
+    thread_speedup: float = 0.0
     # How we know the method (the report's `fidelity` column): "official-code" (the authors' code was read
     # and followed), "paper-text" (the paper's equations, no code), "reconstruction" (our formulation where
     # neither was retrievable; the docstring says which parts).
@@ -195,6 +204,10 @@ class PaperSpec:
 
     def __post_init__(self) -> None:
         check(self.fidelity in FIDELITIES or self.fidelity == "", f"PaperSpec {self.id}: fidelity must be one of {FIDELITIES}")
+
+    def job_threads(self) -> int:
+        """Torch threads of one job on a machine with >= 2 CPUs (workflow/rules/common.smk, thread policy)."""
+        return 2 if self.thread_speedup >= THREADS_RULE else 1
 
     def make_config(self, section: Mapping[str, Any]) -> Any:
         """Config(**section), turning an unknown key or bad value into a ConfigError naming the paper."""

@@ -29,8 +29,9 @@ def paper_seeds(paper):
 
 
 # Thread policy: one job slot per `--cores` unit, but never more torch threads in flight than the
-# machine has CPUs. With --cores 8 on 2 CPUs a weight-1 job takes 4 slots (2 jobs at once) and runs
-# 1 torch thread; a weight-2 job (a 135M LM) takes 8 slots and runs 2 threads.
+# machine has CPUs. With --cores 8 on 2 CPUs a 1-thread job takes 4 slots (2 jobs at once); a paper whose
+# measured 2-thread speedup reaches spec.THREADS_RULE (PaperSpec.thread_speedup, from
+# benchmarks/bench_efficiency.py --scaling) takes 8 slots and runs 2 threads. Resource jobs keep weight 2.
 NCPU = os.cpu_count() or 1
 try:
     CORES = workflow.cores
@@ -56,7 +57,7 @@ shell.prefix(
 
 
 def job_threads(paper, weight=None):
-    w = weight if weight is not None else PLAN["papers"][paper]["weight"]
+    w = weight if weight is not None else PLAN["papers"][paper]["threads"]
     return min(CORES, max(1, w) * SLOTS_PER_CPU)
 
 
@@ -250,7 +251,9 @@ def init_tracking():
     if plugin is not None and plugin.common_settings.non_local_exec:
         # cluster jobs run on their own nodes and never use it (paperflow/job.py): starting it cost ~10 s and 600 MB
         return
-    if jobserver.start_for_workflow(Path.cwd()):
+    # LM papers in this run: the job server loads SmolLM2 once and every job shares it (~2.7 s per job saved)
+    lm = [resource_path("smollm2")] if any("smollm2" in PLAN["papers"][p]["resources"] for p in PAPERS) else []
+    if jobserver.start_for_workflow(Path.cwd(), preload_lm=lm):
         print("paperflow: job server up (log logs/jobserver.log; PAPERFLOW_JOBSERVER=off to disable)", file=sys.stderr)
 
 

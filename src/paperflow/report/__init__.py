@@ -57,7 +57,9 @@ def build_report(root: Path, settings: Settings, out: Path, tracking_uri: str | 
     write_atomic(out / "claims.csv", lambda p: frame.write_csv(p))
     for spec, rows, _figs, _t in sections:  # DVC metrics: `dvc metrics diff`, `dvc exp show` columns
         save_json(paper_metrics(rows), out / "metrics" / f"{spec.id}.json")
-    cost = costs.paper_costs(root, settings.papers)
+    # every paper's latest run of this profile in this workspace, not only the papers of this run: the projection
+    # to the whole registry (issue 27) needs them all
+    cost = costs.latest_costs([root], profile=settings.profile)
     cost_md = costs.cost_lines(cost, costs.projection(cost)) if cost else []
     save_text(_markdown(sections, settings, cost_md), out / "claims.md")
     index = save_text(_html(sections, settings, out, cost_md), out / "index.html")
@@ -176,8 +178,10 @@ HEADLINE_INTRO = (
 )
 
 
-COST_INTRO = ("What each paper's jobs cost in the run that produced these results (Snakemake benchmark files: "
-              "summed wall time and CPU time of its jobs, peak memory of one job).")
+COST_INTRO = ("What each paper's jobs cost in its latest run of this profile in this workspace (Snakemake benchmark "
+              "files: summed wall time and CPU time of its jobs, peak memory of one job; job/CPU near 1 for a one-thread "
+              "job on an idle machine, higher where jobs waited for CPUs). The projection scales the mean per paper to "
+              "the whole registry; `python benchmarks/bench_costs.py --check 4h` fails when it exceeds the budget.")
 
 
 def _markdown(sections, settings: Settings, cost_md: list[str]) -> str:
