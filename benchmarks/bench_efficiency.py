@@ -109,7 +109,9 @@ def _child(mode: str, paper: str, stage: str, variant: str, seed: str, threads: 
         prof = cProfile.Profile()
         rc = prof.runcall(cli.main, argv)
         result["seconds"] = marks
-        result["split"] = _split(pstats.Stats(prof))
+        stats = pstats.Stats(prof)
+        result["split"] = _split(stats)
+        result["hot"] = _hot_python(stats)
     result["job_s"] = time.perf_counter() - t0
     result["rc"] = rc
     Path(out).write_text(json.dumps(result))
@@ -134,6 +136,13 @@ def _split(stats: pstats.Stats) -> dict[str, float]:
         elif any(func == m for m in MODEL_LOADERS) and "paperflow" in name:
             cum["model_loading"] = max(cum["model_loading"], cumtime)
     return {**cum, "torch_kernels": kernels, "python_overhead": max(0.0, total - kernels), "profiled_total": total}
+
+
+def _hot_python(stats: pstats.Stats, n: int = 3) -> list[tuple[str, float]]:
+    """The n Python functions (not C builtins) with the most own time: where the Python overhead sits."""
+    rows = [(f"{Path(fn).stem}:{func}", tt) for (fn, _line, func), (_cc, _nc, tt, _ct, _callers) in stats.stats.items()
+            if fn != "~"]
+    return sorted(rows, key=lambda r: -r[1])[:n]
 
 
 def run_child(mode: str, workspace: Path, paper: str, stage: str, variant: str, seed: int, threads: int,
@@ -179,12 +188,17 @@ def measure(row: dict, threads: int, profile: str, peak: float, scaling: bool = 
         timed = run_child("time", Path(row["root"]), row["paper"], stage, variant, seed, threads, profile)
         print(f"[bench] {label}: counting FLOPs ...", flush=True)
         flops = run_child("flops", Path(row["root"]), row["paper"], stage, variant, seed, threads, profile)
-        main = "prepare" if stage == "prepare" else "train"
+        # the stage that takes longest (train for most papers; compress for a pruning paper like owl)
+        main = max(timed["seconds"], key=lambda k: timed["seconds"][k] if k != "run" else -1.0)
         sec, fl = timed["seconds"].get(main, 0.0), flops["flops"].get(main, 0.0)
         gflops = fl / sec / 1e9 if sec > 0 else float("nan")
+        kernel_s = timed["split"]["torch_kernels"]
         found.append({"paper": row["paper"], "job": label.split(" ", 1)[1], "threads": threads, "job_s": timed["job_s"],
                       "stage_s": timed["seconds"], "stage_flops": flops["flops"], "main": main,
-                      "gflops": gflops, "peak_fraction": gflops / peak, "split": timed["split"]})
+                      "gflops": gflops, "peak_fraction": gflops / peak, "split": timed["split"], "hot": timed["hot"],
+                      # FLOPs of the whole job over the seconds spent inside torch's kernels: below the matmul peak
+                      # when the kernels themselves are small (shapes too small to fill a core, element-wise ops)
+                      "kernel_gflops": flops["flops_total"] / kernel_s / 1e9 if kernel_s > 0 else float("nan")})
         if scaling:  # the same job at 2 threads: PaperSpec.thread_speedup (main stage's seconds, 1 / 2 threads)
             print(f"[bench] {label}: timing at 2 threads ...", flush=True)
             two = run_child("time", Path(row["root"]), row["paper"], stage, variant, seed, 2, profile)
@@ -192,18 +206,21 @@ def measure(row: dict, threads: int, profile: str, peak: float, scaling: bool = 
     return found
 
 
-def table(results: list[dict], peak: float) -> list[str]:
-    lines = [f"fp32 matmul peak: {peak:.1f} GFLOP/s", "",
-             "| paper | job | job s | main stage | its s | its GFLOP | GFLOP/s | / peak | tuning s | data s | model load s "
-             "| torch kernels s | python s |", "|" + "---|" * 13]
+def table(results: list[dict], peak: float, small: dict[int, float] | None = None) -> list[str]:
+    sizes = ", ".join(f"{n}: {g:.1f}" for n, g in (small or {}).items())
+    lines = [f"fp32 matmul peak: {peak:.1f} GFLOP/s" + (f" (square n x n at n = {sizes} GFLOP/s: the floor of small "
+             "layers)" if sizes else ""), "",
+             "| paper | job | job s | main stage | its s | its GFLOP | GFLOP/s | / peak | in-kernel GFLOP/s | tuning s | "
+             "data s | model load s | torch kernels s | python s | hottest Python |", "|" + "---|" * 15]
     for r in results:
         s = r["split"]
         if "thread_speedup" in r:
             lines.insert(0, f"{r['paper']} {r['job']}: {r['main']} at 2 threads is {r['thread_speedup']:.2f}x faster than at 1")
         lines.append(f"| {r['paper']} | {r['job']} | {r['job_s']:.1f} | {r['main']} | {r['stage_s'].get(r['main'], 0):.1f} | "
                      f"{r['stage_flops'].get(r['main'], 0) / 1e9:.1f} | {r['gflops']:.1f} | {r['peak_fraction']:.2f} | "
+                     f"{r.get('kernel_gflops', float('nan')):.1f} | "
                      f"{s['tuning']:.1f} | {s['data_loading']:.1f} | {s['model_loading']:.1f} | {s['torch_kernels']:.1f} | "
-                     f"{s['python_overhead']:.1f} |")
+                     f"{s['python_overhead']:.1f} | {'; '.join(f'{n} {t:.1f}s' for n, t in r.get('hot', []))} |")
     return lines
 
 
@@ -245,12 +262,13 @@ def main(argv: list[str] | None = None) -> int:
         print("no default runs with benchmark files under the roots: run the workflow first")
         return 1
     peak = matmul_peak_gflops(args.threads)
+    small = {n: matmul_peak_gflops(args.threads, n=n, reps=max(20, 2 * (1024 // n) ** 3 // 64)) for n in (32, 64, 128, 256)}
     results = []
     for row in rows:
         results += measure(row, args.threads, args.profile, peak, args.scaling)
-    print("\n".join(table(results, peak)))
+    print("\n".join(table(results, peak, small)))
     if args.out:
-        Path(args.out).write_text(json.dumps({"peak_gflops": peak, "results": results}, indent=1))
+        Path(args.out).write_text(json.dumps({"peak_gflops": peak, "small_gflops": small, "results": results}, indent=1))
     if args.compare:
         print("\n" + "\n".join(compare(json.loads(Path(args.compare).read_text())["results"], results)))
     return 0

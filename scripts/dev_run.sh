@@ -11,7 +11,7 @@ PROFILE=${2:-smoke}
 shift $(( $# >= 2 ? 2 : 1 ))
 WS=${PAPERFLOW_DEV_ROOT:-/tmp/paperflow-dev}/$PAPER-$PROFILE
 mkdir -p "$WS"
-rm -rf "$WS/workflow" && cp -r "$ROOT/workflow" "$WS/workflow"
+rm -rf "$WS/workflow" "$WS/profiles" && cp -r "$ROOT/workflow" "$WS/workflow" && cp -r "$ROOT/profiles" "$WS/profiles"
 cp "$ROOT/Snakefile" "$WS/Snakefile"
 for link in src params.yaml resources sources preregistration.lock; do
   [ -e "$WS/$link" ] || ln -s "$ROOT/$link" "$WS/$link"

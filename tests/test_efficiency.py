@@ -85,3 +85,16 @@ def test_threads_per_job_follow_the_measured_speedup():
     assert dataclasses.replace(spec, thread_speedup=THREADS_RULE).job_threads() == 2
     assert dataclasses.replace(spec, thread_speedup=THREADS_RULE - 0.05).job_threads() == 1
     assert dataclasses.replace(spec, thread_speedup=0.0, weight=2).job_threads() == 1  # weight is memory, not threads
+
+
+def test_the_workflow_profile_keeps_the_scheduler_cheap():
+    """profiles/default/config.yaml (Snakemake's workflow profile): the greedy scheduler and a one-minute job-rate
+    timespan, which took the Snakemake process from ~30% of a core to idle in the default run (DESIGN.md, issue 27)."""
+    from pathlib import Path
+
+    import yaml
+
+    profile = yaml.safe_load((Path(__file__).resolve().parents[1] / "profiles" / "default" / "config.yaml").read_text())
+    assert profile["scheduler"] == "greedy"
+    n, span = profile["max-jobs-per-timespan"].split("/")
+    assert int(n) >= 100 and span.endswith("m")

@@ -1,0 +1,115 @@
+"""K copies of one small model trained as one (issue 27, item 2): seeds or an lr grid stacked along a new leading
+axis, one vmapped forward/backward per step instead of K Python loops.
+
+Why: a tiny model (an MLP, a small CNN) trained alone leaves the core idle in Python and dispatcher overhead
+(bench_efficiency.py: 0.01-0.1 of the matmul peak for such jobs); K models whose parameters are stacked as
+(K, ...) tensors run each layer as one batched kernel. The arithmetic is the same per model, so the result equals
+K separate runs within float tolerance (tests/test_batched.py checks it against torch.optim.Adam/AdamW per model).
+
+    models = [make_model(seed) for seed in seeds]          # same architecture, any init
+    stack = StackedModels(models)                           # parameters (K, ...), leaf tensors
+    opt = StackedAdam(stack.parameters(), lrs=[1e-3] * K)   # one lr per model (an lr grid: different lrs)
+    for step in range(steps):
+        out = stack(xb)              # xb shared by every model, or stack(xb_k, per_model=True) with xb_k (K, B, ...)
+        loss = per_model_losses(out).sum()   # (K,) summed: each model's gradient is its own loss's gradient
+        opt.zero_grad(); loss.backward(); opt.step()
+    states = stack.state_dicts()     # K ordinary state dicts, one per model, for per-seed results folders
+
+Buffers (BatchNorm running stats) are stacked and read, not updated: use it for models without running buffers
+(MLPs, CNNs with GroupNorm/LayerNorm or none), which is what the check in StackedModels enforces.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+class StackedModels(nn.Module):
+    """K models of one architecture as one module whose parameters are (K, ...) stacks of theirs."""
+
+    def __init__(self, models: Sequence[nn.Module]) -> None:
+        super().__init__()
+        if not models:
+            raise ValueError("StackedModels needs at least one model")
+        names = [n for n, _ in models[0].named_parameters()]
+        for m in models[1:]:
+            if [n for n, _ in m.named_parameters()] != names:
+                raise ValueError("StackedModels: every model must have the same parameter names (one architecture)")
+        if any(b.numel() for _, b in models[0].named_buffers()):
+            raise ValueError("StackedModels: models with buffers (e.g. BatchNorm running statistics) are not supported")
+        self.k = len(models)
+        self.names = names
+        # the architecture without its own storage: functional_call supplies the parameters. Not registered as a
+        # submodule, so parameters() yields only the stacks
+        object.__setattr__(self, "base", copy.deepcopy(models[0]).to("meta"))
+        self.stacked = nn.ParameterList(
+            nn.Parameter(torch.stack([dict(m.named_parameters())[n].detach() for m in models]).clone()) for n in names)
+
+    def parameters_by_name(self) -> dict[str, torch.Tensor]:
+        return dict(zip(self.names, self.stacked))
+
+    def forward(self, *inputs: torch.Tensor, per_model: bool = False) -> torch.Tensor:
+        """inputs shared by every model (per_model=False), or one slice per model along dim 0 (per_model=True);
+        returns the outputs stacked (K, ...)."""
+        from torch.func import functional_call, vmap
+
+        def one(params: dict[str, torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
+            return functional_call(self.base, params, xs)
+
+        in_dims = (0,) + ((0 if per_model else None),) * len(inputs)
+        return vmap(one, in_dims=in_dims, randomness="different")(self.parameters_by_name(), *inputs)
+
+    def state_dicts(self) -> list[dict[str, torch.Tensor]]:
+        """The K models' parameters as ordinary state dicts (detached copies)."""
+        return [{n: p[k].detach().clone() for n, p in zip(self.names, self.stacked)} for k in range(self.k)]
+
+
+class StackedAdam:
+    """Adam / AdamW on (K, ...) stacked parameters with one learning rate per model (slice k uses lrs[k]).
+
+    The update is torch.optim.Adam's (default, non-amsgrad) arithmetic, element-wise, so slice k follows exactly the
+    trajectory model k would follow under torch.optim.Adam(lr=lrs[k]) (decoupled=True: AdamW's decay lr * wd * p
+    applied before the step, as torch.optim.AdamW; decoupled=False: L2 added to the gradient, as torch.optim.Adam)."""
+
+    def __init__(self, params: Sequence[torch.Tensor], lrs: Sequence[float], betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, decoupled: bool = False) -> None:
+        self.params = list(params)
+        k = self.params[0].shape[0]
+        if len(lrs) != k or any(p.shape[0] != k for p in self.params):
+            raise ValueError(f"StackedAdam: {len(lrs)} lrs for parameters stacked {k} deep")
+        self.lrs = torch.tensor([float(x) for x in lrs], dtype=self.params[0].dtype)
+        self.betas, self.eps, self.weight_decay, self.decoupled = betas, eps, weight_decay, decoupled
+        self.t = 0
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    def set_lrs(self, lrs: Sequence[float] | torch.Tensor) -> None:
+        """Per-model lrs for the next step (a schedule: base lrs x the step's factor)."""
+        self.lrs = torch.as_tensor(lrs, dtype=self.params[0].dtype).clone()
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        bc1, bc2_sqrt = 1 - b1**self.t, math.sqrt(1 - b2**self.t)
+        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
+            if p.grad is None:
+                continue
+            lr = self.lrs.view(-1, *([1] * (p.dim() - 1)))  # (K, 1, ..., 1)
+            g = p.grad
+            if self.weight_decay and self.decoupled:
+                p.mul_(1 - lr * self.weight_decay)
+            elif self.weight_decay:
+                g = g.add(p, alpha=self.weight_decay)
+            m.lerp_(g, 1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
+            p.sub_(lr / bc1 * m / denom)
