@@ -49,10 +49,9 @@ def _settings(root: Path, args: argparse.Namespace):
 def _torch_threads(args: argparse.Namespace) -> int:
     """--threads N, or --job-threads T from a Snakemake job: T slots / PAPERFLOW_SLOTS_PER_CPU (set by the
     workflow's shell prefix), never more than the machine's CPUs (workflow/rules/common.smk, thread policy)."""
-    if getattr(args, "job_threads", None) is None:
-        return max(1, args.threads)
-    slots = max(1, int(os.environ.get("PAPERFLOW_SLOTS_PER_CPU", "1")))
-    return max(1, min(os.cpu_count() or 1, args.job_threads // slots))
+    from .job import threads_for  # standard library only
+
+    return threads_for(getattr(args, "job_threads", None), args.threads)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

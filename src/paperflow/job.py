@@ -65,11 +65,17 @@ def torch_threads(argv: list[str]) -> int:
     def value(flag: str) -> int | None:
         return int(argv[argv.index(flag) + 1]) if flag in argv[:-1] and argv[argv.index(flag) + 1].isdigit() else None
 
-    job_threads, threads = value("--job-threads"), value("--threads")
-    if job_threads is not None:
-        slots = max(1, int(os.environ.get("PAPERFLOW_SLOTS_PER_CPU", "1")))
-        return max(1, min(os.cpu_count() or 1, job_threads // slots))
-    return max(1, threads or 1)
+    return threads_for(value("--job-threads"), value("--threads") or 1)
+
+
+def threads_for(job_threads: int | None, threads: int) -> int:
+    """The one thread rule (the CLI uses it too): --job-threads T from a Snakemake job is T slots over
+    PAPERFLOW_SLOTS_PER_CPU (set by the workflow's shell prefix), never more than the machine's CPUs; without it,
+    --threads N (workflow/rules/common.smk, thread policy)."""
+    if job_threads is None:
+        return max(1, threads)
+    slots = max(1, int(os.environ.get("PAPERFLOW_SLOTS_PER_CPU", "1")))
+    return max(1, min(os.cpu_count() or 1, job_threads // slots))
 
 
 def main(argv: list[str]) -> int:
