@@ -15,6 +15,11 @@ from paperflow.tuning import best_index, best_views, grid_edge, tune
 def test_grid_edge_and_ties():
     assert [grid_edge(i, 5) for i in range(5)] == [1.0, 0.0, 0.0, 0.0, 1.0]
     assert grid_edge(0, 2) == 1.0 and grid_edge(1, 2) == 1.0  # no inside
+    # a flat validation curve: the edge wins by 0.1% < flat_rtol 0.5%, so it is not an edge; by 3% it is
+    flat, steep = [0.5164, 0.5160, 0.5158, 0.5152], [0.53, 0.52, 0.51, 0.495]
+    assert grid_edge(3, 4, flat, flat_rtol=0.005) == 0.0 and grid_edge(3, 4, flat) == 1.0
+    assert grid_edge(3, 4, steep, flat_rtol=0.005) == 1.0
+    assert grid_edge(1, 4, steep, flat_rtol=0.005) == 0.0 and grid_edge(0, 2, flat[:2], flat_rtol=0.5) == 1.0
     assert best_index([0.5, 0.7, 0.7]) == 1  # ties to the smaller index
     assert best_index([3.0, float("nan"), 1.0], higher=False) == 2
     with pytest.raises(ValueError):

@@ -16,10 +16,27 @@ import math
 from typing import Any, Callable, Sequence
 
 
-def grid_edge(index: int, n: int) -> float:
+def grid_edge(index: int, n: int, scores: Sequence[float] | None = None, flat_rtol: float = 0.0) -> float:
     """1.0 when the chosen index is the first or the last of a grid of >= 3 values (the optimum may lie
-    outside the grid), else 0.0. A grid of 1-2 values has no inside, so every choice is an edge."""
-    return 1.0 if n < 3 or index in (0, n - 1) else 0.0
+    outside the grid), else 0.0. A grid of 1-2 values has no inside, so every choice is an edge.
+
+    With `scores` (the validation scores of the grid, in order) and flat_rtol > 0, an edge choice whose
+    score is within flat_rtol (relative) of the best inside score is not an edge: the knob barely moves the
+    validation score there, so a value beyond the grid could not move it by more than that either (a
+    converged convex fit, where every lr reaches the same optimum). A paper ties flat_rtol to its claim's
+    margin, fixed in the code, never to an observed gap."""
+    if n < 3 or index not in (0, n - 1):
+        return 1.0 if n < 3 else 0.0
+    if scores is not None and flat_rtol > 0:
+        if len(scores) != n:
+            raise ValueError(f"grid_edge: {len(scores)} scores for a grid of {n}")
+        inside = [s for s in scores[1:-1] if s is not None and math.isfinite(s)]
+        edge = scores[index]
+        if inside and math.isfinite(edge):
+            gap = min(abs(edge - s) for s in inside)
+            if gap <= flat_rtol * abs(edge):
+                return 0.0
+    return 1.0
 
 
 def best_index(scores: Sequence[float], higher: bool = True) -> int:
