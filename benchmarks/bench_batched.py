@@ -4,6 +4,9 @@
 prints, per model size, the milliseconds per step of K separate models (torch.optim.Adam) and of one StackedModels
 step over the same K, and the ratio separate / stacked (> 1: stacking is faster). Sizes: the MLPs the papers train
 on 28 x 28 images (784-64-10, 784-256-128-10) and a wider one, batch 64 per model, per-model batches.
+Then the paper that uses it (mc_ensemble, default sizes, random images: timing only): its members of one kind trained
+one at a time (fit_member) and stacked (fit_members): the 3 members of the de / supcon3 variants and the 6-lr tuning
+grid of one kind, seconds for --member-steps steps and the ratio.
 """
 from __future__ import annotations
 
@@ -50,12 +53,34 @@ def per_step_ms(widths: tuple[int, ...], k: int, steps: int, batch: int) -> tupl
     return separate * 1e3, stacked * 1e3
 
 
+def mc_ensemble_rows(steps: int) -> None:
+    from paperflow.papers import mc_ensemble as mc
+
+    cfg = mc.SPEC.make_config({})
+    gen = torch.Generator().manual_seed(0)
+    data = {"x_train": torch.randint(0, 256, (cfg.n_train, 28, 28), dtype=torch.uint8, generator=gen),
+            "y_train": torch.randint(0, len(cfg.id_classes), (cfg.n_train,), generator=gen)}
+    cases = {"de (3 ce members)": ("ce", [0, 1, 2], [1e-3] * 3), "supcon3 (3 supcon members)": ("supcon", [0, 1, 2], [1e-3] * 3),
+             f"tuning grid ({len(cfg.lr_grid)} lrs, ce)": ("ce", [cfg.tune_seed] * len(cfg.lr_grid), list(cfg.lr_grid)),
+             f"tuning grid ({len(cfg.lr_grid)} lrs, supcon)": ("supcon", [cfg.tune_seed] * len(cfg.lr_grid), list(cfg.lr_grid))}
+    for name, (kind, seeds, lrs) in cases.items():
+        t0 = time.perf_counter()
+        for s, lr in zip(seeds, lrs):
+            mc.fit_member(cfg, data, kind, s, lr, steps, None)
+        sep = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        mc.fit_members(cfg, data, kind, seeds, lrs, steps, None)
+        st = time.perf_counter() - t0
+        print(f"mc_ensemble {name}: {steps} steps, one at a time {sep:.2f} s, stacked {st:.2f} s, ratio {sep / st:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--member-steps", type=int, default=100, help="steps of the mc_ensemble rows (0: skip them)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -63,6 +88,8 @@ def main() -> None:
         per_step_ms(widths, args.k, 3, args.batch)  # warm-up
         sep, st = per_step_ms(widths, args.k, args.steps, args.batch)
         print(f"{name}: {args.k} separate {sep:.2f} ms/step, stacked {st:.2f} ms/step, separate/stacked {sep / st:.2f}")
+    if args.member_steps:
+        mc_ensemble_rows(args.member_steps)
 
 
 if __name__ == "__main__":

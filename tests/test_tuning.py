@@ -65,3 +65,13 @@ def test_magnitude_levels_hit_each_sparsity(scope):
     if scope == "global":  # one threshold: the larger-scale matrix b keeps a larger share of its entries
         g = levels["0.50"]
         assert (g["b.weight"] != 0).float().mean() > (g["a.weight"] != 0).float().mean()
+
+
+def test_magnitude_models_prune_the_record_state_only():
+    from paperflow.compress.magnitude import magnitude_models
+
+    torch.manual_seed(0)
+    record = {"state": {"a.weight": torch.randn(8, 10), "a.bias": torch.randn(8)}, "arch": {"hidden": 8}}
+    out = magnitude_models(record, [0.5], scope="layer")
+    assert list(out) == ["0.50"] and out["0.50"]["arch"] is record["arch"]
+    assert int((out["0.50"]["state"]["a.weight"] == 0).sum()) == 40 and int((record["state"]["a.weight"] == 0).sum()) == 0

@@ -113,3 +113,37 @@ class StackedAdam:
             v.mul_(b2).addcmul_(g, g, value=1 - b2)
             denom = (v.sqrt() / bc2_sqrt).add_(self.eps)
             p.sub_(lr / bc1 * m / denom)
+
+
+def train_stacked(models: Sequence[nn.Module], lrs: Sequence[float], batch_fn, loss_fn, steps: int, *, log=None,
+                  log_every: int = 10, shared_inputs: bool = False, what: str = "train") -> list[dict[str, torch.Tensor]]:
+    """K models of one architecture trained together with Adam, model k at lrs[k] (paperflow.loop.train_loop's
+    contract for each model: zero_grad, loss, backward, step, a finite-loss check, throttled progress, log every
+    log_every steps).
+
+    batch_fn(step) -> (inputs, targets): inputs (K, B, ...) one batch per model (shared_inputs=False), or (B, ...) fed
+    to every model (shared_inputs=True: an lr grid from one seed); targets as loss_fn reads them.
+    loss_fn(outputs (K, B, ...), targets) -> (K,) per-model losses; their sum is backpropagated, so model k's gradient
+    is its own loss's gradient. log(step, k, **metrics) per model: "train/loss" and "train/lr", as train_loop logs.
+    Returns the K trained state dicts (parameter names of the models)."""
+    from .progress import Progress
+
+    stack = StackedModels(models)
+    opt = StackedAdam(list(stack.parameters()), lrs)
+    progress = Progress(what, steps)
+    for step in range(steps):
+        inputs, targets = batch_fn(step)
+        opt.zero_grad()
+        losses = loss_fn(stack(inputs, per_model=not shared_inputs), targets)  # (K,)
+        if losses.shape != (stack.k,):
+            raise ValueError(f"train_stacked: loss_fn returned shape {tuple(losses.shape)}, expected ({stack.k},)")
+        losses.sum().backward()
+        opt.step()
+        values = losses.detach()
+        if not bool(torch.isfinite(values).all()):
+            raise FloatingPointError(f"train_stacked: losses {values.tolist()} at step {step}")
+        progress.update(step + 1, loss=float(values.mean()))
+        if log is not None and (step % log_every == 0 or step == steps - 1):
+            for k in range(stack.k):
+                log(step, k, **{"train/loss": float(values[k]), "train/lr": float(opt.lrs[k])})
+    return stack.state_dicts()

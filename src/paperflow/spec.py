@@ -87,6 +87,12 @@ class Gate:
         return self.metric if "/" in self.metric else f"dense/{self.metric}"
 
 
+def edge_gate(variant: str, what: str = "tuned lr", grid: str = "the grid") -> Gate:
+    """The directional grid-edge gate of one variant (GATE_KINDS): "<variant>: <what> inside <grid>", passing when
+    the variant's logged grid_edge (paperflow.tuning.grid_edge, mean over seeds) is below 0.5."""
+    return Gate(f"{variant}: {what} inside {grid}", variant=variant, metric="grid_edge", below=0.5)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One row of the claims table: `method` against `baseline` on `metric`.

@@ -101,3 +101,9 @@ def magnitude_levels(state: Mapping[str, torch.Tensor], sparsities, include: tup
                  else {n: layer_magnitude_mask(w, s) for n, w in weights.items()})
         out[level_name(s)] = apply_masks(state, masks)
     return out
+
+
+def magnitude_models(model: Mapping, sparsities, key: str = "state", **which) -> dict[str, dict]:
+    """magnitude_levels for a model record {key: state dict, ...}: {level_name(s): the record with its state pruned}
+    (every other entry of the record shared, not copied); `which` = include / exclude / scope of magnitude_levels."""
+    return {name: {**model, key: state} for name, state in magnitude_levels(model[key], sparsities, **which).items()}

@@ -83,3 +83,20 @@ def fashion_subsets(path: str, n_train: int, n_test: int, seed: int) -> dict[str
     x_tr, y_tr = subset(d["x_train"], d["y_train"].long(), n_train, seed)
     x_te, y_te = subset(d["x_test"], d["y_test"].long(), n_test, seed + 1)
     return {"x_train": x_tr.contiguous(), "y_train": y_tr.contiguous(), "x_test": x_te.contiguous(), "y_test": y_te.contiguous()}
+
+
+def shift_flip(x: torch.Tensor, shift: int, gen: torch.Generator) -> torch.Tensor:
+    """The weak augmentation of small grey images: uint8 (B, H, W) -> float (B, H, W) in [0, 1], each image shifted by
+    up to +-shift px (zero fill; dy then dx drawn from gen) and flipped left-right with probability 1/2 (drawn last).
+    The crop is a view of every shifted window of the padded image, indexed per image (the same values as a gather)."""
+    import torch.nn.functional as F
+
+    b, h, w = x.shape
+    xf = x.float() / 255.0
+    if shift:
+        padded = F.pad(xf, (shift, shift, shift, shift))
+        dy = torch.randint(0, 2 * shift + 1, (b,), generator=gen)
+        dx = torch.randint(0, 2 * shift + 1, (b,), generator=gen)
+        xf = padded.unfold(1, h, 1).unfold(2, w, 1)[torch.arange(b), dy, dx]  # windows (B, 2s+1, 2s+1, H, W) -> (B, H, W)
+    flip = torch.rand(b, generator=gen) < 0.5
+    return torch.where(flip[:, None, None], xf.flip(2), xf)

@@ -75,7 +75,7 @@ from ..loop import adamw, cosine_lr, train_loop
 from ..nn.transformer import MultiHeadAttention, TransformerConfig, TransformerLM, count_params
 from ..measure import count_flops
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("mha", "dcmha", "mha_2x")
@@ -393,7 +393,7 @@ DYN_SPREAD_MIN = 0.01  # dyn_spread gate: ~3x the authors' init (3.0e-3 measured
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def lr_ok(*variants: str) -> tuple[Gate, ...]:
-        return tuple(Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5) for v in variants)
+        return tuple(edge_gate(v) for v in variants)
 
     dynamic = Gate(f"the mechanism is active: DCMHA's dynamic composition weights differ across inputs (dyn_spread, "
                    f"measured on validation windows after training, above {DYN_SPREAD_MIN:g}; ~3e-3 at the authors' init)",

@@ -93,7 +93,7 @@ from ..data.images import load_fashion, load_mnist10k
 from ..loop import adamw, cosine_lr, train_loop
 from ..nn.vit import ViT, ViTConfig
 from ..registry import register_paper
-from ..compress.magnitude import level_name, magnitude_levels
+from ..compress.magnitude import level_name, magnitude_models
 from ..spec import Comparison, Gate, PaperSpec, check
 
 VARIANTS = ("softmax", "normsoftmax")  # baseline, the fix (gamma = cfg.norm_gamma)
@@ -409,8 +409,7 @@ def plateau_fraction(curve: list, min_acc: float, max_sel: float) -> float:
 
 def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
     """Global magnitude pruning of the weight matrices (not the class token / positions) at cfg.sparsities."""
-    levels = magnitude_levels(model["state"], cfg.sparsities, exclude=("cls_token", "pos"))
-    return {name: {**model, "state": state} for name, state in levels.items()}
+    return magnitude_models(model, cfg.sparsities, exclude=("cls_token", "pos"))
 
 
 def evaluate(cfg: Config, model: dict, data: dict) -> dict:

@@ -60,7 +60,7 @@ from ..data.multimnist import multi_fashion_mnist
 from ..loop import train_loop
 from ..mtl import make_combiner
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..mtl_bench import N_CLASSES, _images, accuracies, build_model, check_bench_config, level_name
 from ..mtl_bench import compress as trunk_magnitude_compress
 from ..mtl_bench import tune_lrs as shared_tune_lrs
@@ -261,7 +261,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def lr_gates(*variants: str) -> tuple[Gate, ...]:
-        return tuple(Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5) for v in variants)
+        return tuple(edge_gate(v) for v in variants)
 
     down = Gate(f"ExcessMTL down-weights the noisy task: its final task-b weight (of sum 2) < {NOISY_WEIGHT_MAX:g}",
                 variant=METHOD, metric="weight_b", below=NOISY_WEIGHT_MAX, kind="mechanism")

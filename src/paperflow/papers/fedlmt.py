@@ -68,7 +68,7 @@ from ..federated import CommLedger, client_step_flops, fedavg, heterofl_aggregat
 from ..loop import cosine_lr
 from ..measure import count_params
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("fedavg", "fedlmt", "pfedlmt", "heterofl", "fedavg_narrow")
@@ -115,7 +115,7 @@ class Config:
         check(1 <= self.clients_per_round <= self.num_clients,
               f"clients_per_round must be in [1, num_clients={self.num_clients}], got {self.clients_per_round}")
         check(self.dirichlet_alpha > 0 and self.min_client_size >= 1 and self.min_client_size * self.num_clients <= self.n_train,
-              f"need dirichlet_alpha > 0, min_client_size >= 1 and min_client_size * num_clients <= n_train")
+              "need dirichlet_alpha > 0, min_client_size >= 1 and min_client_size * num_clients <= n_train")
         check(self.rounds >= 1 and self.local_epochs >= 1 and self.batch_size >= 1, "rounds, local_epochs, batch_size must be >= 1")
         check(len(self.lrs) >= 1 and list(self.lrs) == sorted(self.lrs) and self.lrs[0] > 0,
               f"lrs must be a non-empty ascending list of positive learning rates, got {self.lrs}")
@@ -455,7 +455,7 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    inside = lambda v: Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)  # noqa: E731
+    inside = lambda v: edge_gate(v)  # noqa: E731
     binds = Gate(f"the rank constraint binds: full-rank FedAvg's trained body layers keep > {TAIL_MIN} of their energy "
                  f"beyond rank r = round({cfg.rank_ratio} out)", variant="fedavg", metric="rank_tail_energy", above=TAIL_MIN,
                  kind="mechanism")

@@ -50,7 +50,6 @@ MLP (784-32-1) as the deep model. Compression: global magnitude pruning of the t
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +60,7 @@ from ..compress.magnitude import level_name, magnitude_levels
 from ..data.images import load_fashion, to_float
 from ..federated import average_copies_, partition
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("fedcomp_auc", "fedcomp_fo", "coda_auc", "fed_ce")
@@ -444,7 +443,7 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    inside = lambda v: Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)  # noqa: E731
+    inside = lambda v: edge_gate(v)  # noqa: E731
     meth, fo, coda, ce = VARIANTS
     imbalanced = Gate(f"measured training positive rate below 0.1 (one-vs-rest subsampled to {cfg.pos_rate})",
                       variant=meth, metric="train_pos_rate", below=0.1)

@@ -70,7 +70,7 @@ from ..federated import (OortSelector, SystemLedger, client_profiles, fedavg, nu
                          round_costs, sample_clients)
 from ..loop import train_loop
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("random", "oort", "fedrank")
@@ -423,7 +423,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
 
 def comparisons(cfg: Config) -> list[Comparison]:
     chance = Gate("random selection above chance", variant="random", metric="acc_avg", above=30.0)
-    inside = lambda v: Gate(f"{v}: shared FL lr inside the grid", variant=v, metric="grid_edge", below=0.5)  # noqa: E731
+    inside = lambda v: edge_gate(v, "shared FL lr")  # noqa: E731
     imitated = lambda v: Gate(  # noqa: E731
         f"imitation worked: the pre-trained ranker orders > {IL_AGREEMENT_MIN:.0%} of the held-out expert (Oort) episode's "
         "pairs the expert's way (il_agreement; chance 50%)", variant=v, metric="il_agreement", above=IL_AGREEMENT_MIN,

@@ -85,7 +85,7 @@ import numpy as np
 import torch
 
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import grid_edge
 
 VARIANTS = ("erm", "dro_kl", "dro_chi2", "gcdro", "gcdro_nocal")
@@ -368,7 +368,7 @@ def comparisons(cfg: Config) -> list[Comparison]:
                      above=cfg.noisy_focus_min, kind="mechanism")
 
     def edge(v: str) -> Gate:
-        return Gate(f"{v}: tuned radius inside its grid", variant=v, metric="grid_edge", below=0.5)
+        return edge_gate(v, "tuned radius", "its grid")
 
     return [
         Comparison("wg_rmse", "gcdro", "dro|best", better="lower", role="headline",

@@ -81,7 +81,7 @@ import torch
 
 from ..compress.magnitude import level_name, magnitude_levels
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import best_index, grid_edge
 
 VARIANTS = ("iro", "fixed", "erm", "groupdro", "iro_nocond", "iro_unseen", "fixed_unseen")
@@ -504,7 +504,7 @@ def comparisons(cfg: Config) -> list[Comparison]:
     mech = Gate(f"the fixed-level models' risks differ across levels: swapping the level-0 and level-1 models costs each level "
                 f"on average more than the margin, level_gap > {m:g} (test)", variant="fixed", metric="level_gap", above=m,
                 kind="mechanism")
-    edge = lambda v: Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)  # noqa: E731
+    edge = lambda v: edge_gate(v)  # noqa: E731
     lv = ", ".join(f"{a:g}" for a in cfg.levels)
     rows = [Comparison(
         "cvar_mean", "iro", "fixed", better="lower", kind="close", margin=m, role="headline",

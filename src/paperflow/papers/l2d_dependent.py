@@ -73,12 +73,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..compress.magnitude import level_name, magnitude_levels
+from ..compress.magnitude import level_name, magnitude_models
 from ..data.images import load_fashion, to_float
 from ..loop import train_loop
 from ..measure import count_params
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 K = 10  # Fashion-MNIST classes
@@ -324,8 +324,7 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
 
 def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
     """Global magnitude pruning of the two weight matrices at each level (no fine-tuning)."""
-    levels = magnitude_levels(model["state"], cfg.sparsities)
-    return {name: {**model, "state": state} for name, state in levels.items()}
+    return magnitude_models(model, cfg.sparsities)
 
 
 # ---------------------------------------------------------------------------------------------- claims
@@ -333,7 +332,7 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def lr_gate(v: str) -> Gate:
-        return Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)
+        return edge_gate(v)
 
     spread = Gate(f"the simulated expert is accurate on some classes and weak on others: its per-class accuracy on the "
                   f"test draw spans more than {SPREAD_MIN:g} pp (max - min over classes)",

@@ -70,7 +70,7 @@ from ..compress.magnitude import level_name, magnitude_levels
 from ..data.images import load_fashion, to_float
 from ..federated import feature_heterogeneity_split, local_gd, local_gd_batched
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("synthetic", "fashion")
@@ -387,7 +387,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    inside = lambda v: Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)  # noqa: E731
+    inside = lambda v: edge_gate(v)  # noqa: E731
     loc, one, par = "synthetic|local_gd", "synthetic|one_shot", "synthetic|parallel_gd"
     floc, fpar = "fashion|local_sgd", "fashion|parallel_sgd"
     fitted = Gate("parallel GD fits its training data (train acc > 90%)", variant=par, metric="train_acc", above=90.0)

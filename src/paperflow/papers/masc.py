@@ -58,7 +58,6 @@ and 2 new tasks of 2 classes, 10 exemplars per class; both training modules are 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,12 +65,12 @@ import torch
 import torch.nn.functional as F
 
 from ..compress.magnitude import level_name, magnitude_levels
-from ..continual import MLP, ReplayBuffer, class_balanced_split, mask_unseen, per_class_accuracy
+from ..continual import MLP, ReplayBuffer, class_balanced_split, mask_unseen
 from ..data.images import load_fashion, to_float
 from ..measure import count_params
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
-from ..tuning import grid_edge, tune
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
+from ..tuning import tune
 
 VARIANTS = ("masc", "independent", "single", "masc_no_ra")
 FORGET_ABOVE = 10.0  # mechanism gate: independent agents lose > 10 points on their expert classes (fixed before any run)
@@ -476,7 +475,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def edge(v: str) -> Gate:
-        return Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)
+        return edge_gate(v)
 
     forgets = Gate(f"independent agents forget their expert classes: their old-class accuracy drops by more than "
                    f"{FORGET_ABOVE} points from phase 0 to after the new tasks (forgetting of independent)",

@@ -72,11 +72,11 @@ import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
 from ..compress.magnitude import level_name, magnitude_levels
-from ..data.images import load_fashion, load_mnist10k, select_classes
+from ..data.images import load_fashion, load_mnist10k, select_classes, shift_flip
 from ..loop import train_loop
 from ..measure import count_params
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 MEMBERS = {"mc": ("ce", "supcon", "rot"), "de": ("ce", "ce", "ce"), "large": ("large",), "supcon3": ("supcon", "supcon", "supcon")}
@@ -228,13 +228,12 @@ def draw_test_sets(cfg: Config, id_unused: torch.Tensor, n_held: int, n_mnist: i
 def tune_lrs(cfg: Config, data: dict) -> dict:
     """Each member kind: every lr of the grid trained once (tune_seed, tune_steps) and scored on the ID validation images
     by its own objective (OBJECTIVE, validation_objective); best lr kept (ties: the smaller)."""
+    grid = list(cfg.lr_grid)
     out = {}
-    for kind in KINDS:
-        def fit(lr: float, kind: str = kind):
-            member = fit_member(cfg, data, kind, cfg.tune_seed, lr, cfg.tune_steps, None)
-            return None, validation_objective(cfg, member, data["x_val"], data["y_val"])
-
-        out[kind] = tune(cfg.lr_grid, fit, higher=kind != "supcon", name="lr")[1]
+    for kind in KINDS:  # the whole grid of a kind as one stacked model (one seed: identical init and batches)
+        members = fit_members(cfg, data, kind, [cfg.tune_seed] * len(grid), grid, cfg.tune_steps, None)
+        scores = iter([validation_objective(cfg, m, data["x_val"], data["y_val"]) for m in members])
+        out[kind] = tune(grid, lambda lr: (None, next(scores)), higher=kind != "supcon", name="lr")[1]
     return out
 
 
@@ -300,18 +299,7 @@ def rotation_accuracy(cfg: Config, member: dict, x: torch.Tensor) -> float:
     return float((logits.argmax(1) == q).float().mean()) * 100
 
 
-def augment(x: torch.Tensor, shift: int, gen: torch.Generator) -> torch.Tensor:
-    """uint8 (B, 28, 28) -> float (B, 28, 28) in [0, 1]: random shift of up to +-shift px (zero fill), random h-flip."""
-    b, h, w = x.shape
-    xf = x.float() / 255.0
-    if shift:
-        padded = F.pad(xf, (shift, shift, shift, shift))
-        dy = torch.randint(0, 2 * shift + 1, (b,), generator=gen)
-        dx = torch.randint(0, 2 * shift + 1, (b,), generator=gen)
-        windows = padded.unfold(1, h, 1).unfold(2, w, 1)  # (B, 2s+1, 2s+1, H, W) views of every shifted crop
-        xf = windows[torch.arange(b), dy, dx]  # image b cropped at (dy_b, dx_b); same values as a per-pixel gather
-    flip = torch.rand(b, generator=gen) < 0.5
-    return torch.where(flip[:, None, None], xf.flip(2), xf)
+augment = shift_flip  # paperflow.data.images.shift_flip (shared with simpro)
 
 
 # ---------------------------------------------------------------------------------------------- members
@@ -326,9 +314,9 @@ def supcon_head(cfg: Config) -> nn.Sequential:
     return nn.Sequential(nn.Linear(cfg.feat_dim, cfg.feat_dim), nn.ReLU(), nn.Linear(cfg.feat_dim, cfg.proj_dim))
 
 
-def fit_member(cfg: Config, data: dict, kind: str, seed: int, lr: float, steps: int, log) -> dict:
-    """Train one member (encoder + its task head); returns the encoder state, arch, and its task head: "head" (ce/large,
-    read by evaluate for ID accuracy), "proj_head" (supcon) or "rot_head" (rot), both read only by validation_objective."""
+def init_member(cfg: Config, kind: str, seed: int) -> tuple[dict, nn.Module, nn.Module]:
+    """(arch, encoder, task head) initialised from torch.manual_seed(seed), encoder first (the init a member of this
+    seed always had)."""
     if kind not in KINDS:
         raise ValueError(f"mc_ensemble: unknown member kind {kind!r}; known: {KINDS}")
     torch.manual_seed(seed)
@@ -337,50 +325,96 @@ def fit_member(cfg: Config, data: dict, kind: str, seed: int, lr: float, steps: 
     n_cls = len(cfg.id_classes)
     head = {"ce": nn.Linear(cfg.feat_dim, n_cls), "large": nn.Linear(cfg.feat_dim, n_cls), "rot": nn.Linear(cfg.feat_dim, 4),
             "supcon": supcon_head(cfg)}[kind]
-    params = list(enc.parameters()) + list(head.parameters())
+    return arch, enc, head
+
+
+def draw_batch(cfg: Config, data: dict, kind: str, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One training batch of a member of `kind` from its generator: (images (B', 28, 28) float, targets (B',)); B' =
+    2 x batch_size for supcon (two augmented views per image), batch_size otherwise."""
     x, y = data["x_train"], data["y_train"]
+    idx = torch.randint(0, x.shape[0], (cfg.batch_size,), generator=gen)
+    xb, yb = x[idx], y[idx]
+    if kind == "supcon":
+        return torch.cat([augment(xb, cfg.shift, gen), augment(xb, cfg.shift, gen)]), torch.cat([yb, yb])
+    xa = augment(xb, cfg.shift, gen)
+    if kind == "rot":
+        r = torch.randint(0, 4, (xa.shape[0],), generator=gen)
+        for q in range(1, 4):
+            xa[r == q] = torch.rot90(xa[r == q], q, dims=(1, 2))
+        return xa, r
+    return xa, yb
+
+
+def member_loss(cfg: Config, kind: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """A member's training loss from its head's output (B', d): SupCon on the normalised projections, else CE."""
+    if kind == "supcon":
+        return supcon_loss(F.normalize(out, dim=1), target, cfg.temperature)
+    return F.cross_entropy(out, target)
+
+
+def pack_member(kind: str, arch: dict, enc_state: dict, head_state: dict) -> dict:
+    """The member record: encoder state, arch, and its task head under the name evaluate / validation_objective read:
+    "head" (ce/large: ID accuracy), "proj_head" (supcon) or "rot_head" (rot), the last two only for tuning."""
+    member = {"kind": kind, "arch": arch, "state": {k: v.detach().clone() for k, v in enc_state.items()}}
+    key = {"ce": "head", "large": "head", "rot": "rot_head", "supcon": "proj_head"}[kind]
+    member[key] = {k: v.detach().clone() for k, v in head_state.items()}
+    return member
+
+
+def fit_member(cfg: Config, data: dict, kind: str, seed: int, lr: float, steps: int, log) -> dict:
+    """Train one member (encoder + its task head) with Adam at lr: init and batches from `seed`."""
+    arch, enc, head = init_member(cfg, kind, seed)
+    params = list(enc.parameters()) + list(head.parameters())
     gen = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(params, lr=lr)
+    train_loop(params, lambda step: draw_batch(cfg, data, kind, gen), lambda b: member_loss(cfg, kind, head(enc(b[0])), b[1]),
+               optimizer, steps, log=log, log_every=cfg.log_every, modules=[enc, head])
+    return pack_member(kind, arch, enc.state_dict(), head.state_dict())
+
+
+def fit_members(cfg: Config, data: dict, kind: str, seeds: list[int], lrs: list[float], steps: int, log) -> list[dict]:
+    """len(seeds) members of one kind, member k from seeds[k] at lrs[k], trained together as one stacked model
+    (paperflow.batched, issue 27): each member's init, batches and Adam trajectory are those fit_member gives it, equal
+    within float tolerance (tests/test_mc_ensemble.py). Members sharing one seed (the lr grid of tuning) share one batch
+    draw. log(step, k, **metrics) per member."""
+    from ..batched import train_stacked
+
+    if len(seeds) != len(lrs) or not seeds:
+        raise ValueError(f"fit_members: {len(seeds)} seeds and {len(lrs)} lrs")
+    inits = [init_member(cfg, kind, s) for s in seeds]
+    arch = inits[0][0]
+    shared = len(set(seeds)) == 1
+    gens = [torch.Generator().manual_seed(s) for s in (seeds[:1] if shared else seeds)]
 
     def batch_fn(step: int):
-        idx = torch.randint(0, x.shape[0], (cfg.batch_size,), generator=gen)
-        xb, yb = x[idx], y[idx]
-        if kind == "supcon":
-            return torch.cat([augment(xb, cfg.shift, gen), augment(xb, cfg.shift, gen)]), torch.cat([yb, yb])
-        xa = augment(xb, cfg.shift, gen)
-        if kind == "rot":
-            r = torch.randint(0, 4, (xa.shape[0],), generator=gen)
-            for q in range(1, 4):
-                xa[r == q] = torch.rot90(xa[r == q], q, dims=(1, 2))
-            return xa, r
-        return xa, yb
+        batches = [draw_batch(cfg, data, kind, g) for g in gens]
+        if shared:
+            return batches[0][0], batches[0][1].expand(len(seeds), -1)
+        return torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
 
-    def loss_fn(batch):
-        xb, target = batch
-        out = head(enc(xb))
-        if kind == "supcon":
-            return supcon_loss(F.normalize(out, dim=1), target, cfg.temperature)
-        return F.cross_entropy(out, target)
+    def loss_fn(out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:  # out (K, B', d), targets (K, B')
+        return torch.stack([member_loss(cfg, kind, out[k], targets[k]) for k in range(out.shape[0])])
 
-    optimizer = torch.optim.Adam(params, lr=lr)
-    train_loop(params, batch_fn, loss_fn, optimizer, steps, log=log, log_every=cfg.log_every, modules=[enc, head])
-    member = {"kind": kind, "arch": arch, "state": {k: v.detach().clone() for k, v in enc.state_dict().items()}}
-    if kind in ("ce", "large"):
-        member["head"] = {k: v.detach().clone() for k, v in head.state_dict().items()}
-    if kind in ("rot", "supcon"):  # for its own objective in tuning (validation_objective); evaluate() reads only "head"
-        member["rot_head" if kind == "rot" else "proj_head"] = {k: v.detach().clone() for k, v in head.state_dict().items()}
-    return member
+    states = train_stacked([nn.Sequential(enc, head) for _, enc, head in inits], lrs, batch_fn, loss_fn, steps, log=log,
+                           log_every=cfg.log_every, shared_inputs=shared, what=f"train {len(seeds)} {kind} members")
+    split = lambda st, pre: {k[len(pre):]: v for k, v in st.items() if k.startswith(pre)}  # noqa: E731  "0.*" enc, "1.*" head
+    return [pack_member(kind, arch, split(st, "0."), split(st, "1.")) for st in states]
 
 
 def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     """The variant's members, each at its kind's tuned lr; member j of seed s uses seed 100 s + j."""
     if variant not in MEMBERS:
         raise ValueError(f"mc_ensemble: unknown variant {variant!r}; known: {VARIANTS}")
-    members = []
     keys = MEMBERS[variant]
-    for j, kind in enumerate(keys):
-        lr = data["tuning"][kind]["tuned_lr"]  # the kind's lr under its own-objective rule (tune_lrs)
-        members.append(fit_member(cfg, data, kind, 100 * seed + j, lr, cfg.steps,
-                                  (lambda step, _j=j, **m: log(step, **{f"m{_j}/{k}": v for k, v in m.items()})) if log else None))
+    lrs = [data["tuning"][kind]["tuned_lr"] for kind in keys]  # each kind's lr under its own-objective rule (tune_lrs)
+    seeds = [100 * seed + j for j in range(len(keys))]
+    if len(set(keys)) == 1:  # de, supcon3: members of one kind trained as one stacked model (paperflow.batched)
+        members = fit_members(cfg, data, keys[0], seeds, lrs, cfg.steps,
+                              (lambda step, j, **m: log(step, **{f"m{j}/{k}": v for k, v in m.items()})) if log else None)
+    else:
+        members = [fit_member(cfg, data, kind, s, lr, cfg.steps,
+                              (lambda step, _j=j, **m: log(step, **{f"m{_j}/{k}": v for k, v in m.items()})) if log else None)
+                   for j, (kind, s, lr) in enumerate(zip(keys, seeds, lrs))]
     edges = [data["tuning"][k]["grid_edge"] for k in keys]
     tuning = {f"tuned_lr_{k}": float(data["tuning"][k]["tuned_lr"]) for k in set(keys)}
     return {"members": members, "tuning": {**tuning, "grid_edge": float(max(edges))}}
@@ -438,7 +472,7 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def lr_gate(v: str) -> Gate:
-        return Gate(f"{v}: every member's tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)
+        return edge_gate(v, "every member's tuned lr")
 
     works = Gate("the deep ensemble detects OOD above chance (mean AUROC > 60%)", variant="de", metric="auroc", above=60.0)
     diverse = Gate("the MC members' representations are more diverse than the deep ensemble's: mean pairwise linear CKA of "

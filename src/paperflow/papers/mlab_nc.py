@@ -55,7 +55,7 @@ from ..data import fashion_grids as fgr
 from ..loop import train_loop
 from ..measure import count_params
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("pal", "pal_etf")
@@ -330,7 +330,7 @@ def comparisons(cfg: Config) -> list[Comparison]:
                     f"(mean > {tol})", variant="pal", metric="tag_err_init", above=tol, kind="mechanism")
     specific = Gate(f"the measure discriminates: the shuffled-pair null's residual exceeds the tolerance (mean > {tol})",
                     variant="pal", metric="tag_err_null", above=tol)
-    lr_in = tuple(Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5) for v in VARIANTS)
+    lr_in = tuple(edge_gate(v) for v in VARIANTS)
     rows = [Comparison("tag_err", "pal", "", kind="matches", target=0.0, tolerance=tol, role="headline",
                        gates=(tpt, produced, specific, lr_in[0]),
                        text=f"tag-wise average holds at TPT: pair-feature means are scaled averages of single-label means "

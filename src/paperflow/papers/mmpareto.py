@@ -80,7 +80,7 @@ from ..data.images import FASHION_MEAN, FASHION_STD
 from ..loop import train_loop
 from ..mtl import gram, mgda_weights
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("mmpareto", "uniform", "uniform_gamma", "mm_only", "pareto")
@@ -375,7 +375,7 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def lr_gates(*variants):
-        return tuple(Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5) for v in variants)
+        return tuple(edge_gate(v) for v in variants)
 
     premise = (Gate("uniform baseline above chance", variant="uniform", metric="acc_mm", above=30.0),)
     mechanism = (Gate(f"MMPareto's Pareto (MGDA) branch acted: the weak encoder's multimodal and unimodal gradients conflict "

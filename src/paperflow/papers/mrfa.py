@@ -52,17 +52,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..compress.magnitude import level_name, magnitude_levels
+from ..compress.magnitude import level_name, magnitude_models
 from ..continual import (MLP, ReplayBuffer, class_balanced_split, class_incremental_splits, cl_metrics, mask_unseen,
                          per_class_accuracy, random_shift_flip, run_tasks)
 from ..data.images import load_fashion, to_float
 from ..measure import count_params
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("er", "er_aug", "mrfa", "mrfa_rand")
@@ -271,8 +270,7 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
 
 def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
     """Global magnitude pruning of the MLP's weight matrices at each level (no fine-tuning)."""
-    levels = magnitude_levels(model["state"], cfg.sparsities)
-    return {name: {**model, "state": state} for name, state in levels.items()}
+    return magnitude_models(model, cfg.sparsities)
 
 
 # ---------------------------------------------------------------------------------------------- claims
@@ -280,7 +278,7 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def edge(v: str) -> Gate:
-        return Gate(f"{v}: tuned {KNOB[v]} inside its grid", variant=v, metric="grid_edge", below=0.5)
+        return edge_gate(v, f"tuned {KNOB[v]}", "its grid")
 
     overfits = Gate(f"plain ER overfits its memory: held-out old-class loss exceeds the memory exemplars' loss by more than "
                     f"{GAP_ABOVE} nats after the last task (memory_gap of er)", variant="er", metric="memory_gap",

@@ -60,7 +60,7 @@ import torch
 from ..compress.magnitude import layer_magnitude_mask
 from ..loop import train_loop
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("mtl", "single_all")
@@ -279,7 +279,7 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    edge = {v: Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5) for v in VARIANTS}
+    edge = {v: edge_gate(v) for v in VARIANTS}
     lr_gates = tuple(edge.values())
     moved = Gate("feature learning, not random features: the first layer moved from its init by more than 20% of its norm "
                  "(||W - W0||_F / ||W0||_F)", variant="mtl", metric="w_shift", above=0.2, kind="mechanism")

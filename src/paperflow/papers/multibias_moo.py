@@ -63,7 +63,7 @@ from ..data.biased_fashion import GROUP_TYPES, build_biased_set
 from ..data.images import load_fashion, subset
 from ..loop import train_loop
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 METHOD = "moo"
@@ -428,7 +428,7 @@ TV_MIN = 0.05  # mechanism gate: the weights that trained the kept model moved >
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def lr_gate(v: str) -> Gate:
-        return Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)
+        return edge_gate(v)
 
     bites = Gate("the shortcuts bite: ERM's group-averaged accuracy exceeds its worst-group accuracy by > 10 points",
                  variant="erm", metric="shortcut_gap", above=10.0)

@@ -71,7 +71,7 @@ from ..loop import train_loop
 from ..multilabel import (RARE, FeatureBanks, attr_rates, balanced_image_indices, flooded, head_logits, image_sampler_priors,
                           log_prior_odds, pedestrian_metrics, side_groups)
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("frdl_goat", "bce", "oversample")
@@ -417,7 +417,7 @@ RARE_GAIN_MIN = 5.0  # mechanism: the new heads' gain in the rarest attributes' 
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    edge = lambda v: Gate(f"{v}: tuned values inside their grids", variant=v, metric="grid_edge", below=0.5)  # noqa: E731
+    edge = lambda v: edge_gate(v, "tuned values", "their grids")  # noqa: E731
     chance = Gate("plain BCE above chance (mA > 55%)", variant="bce", metric="ma", above=55.0)
     imbalance = Gate(f"label imbalance present: plain BCE (frdl_goat's own stage #1) has mean TNR - TPR > {IMBALANCE_MIN:g} "
                      "points on validation", variant="frdl_goat", metric="val_imbalance_gap_stage1", above=IMBALANCE_MIN,

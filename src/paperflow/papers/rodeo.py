@@ -85,12 +85,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..compress.magnitude import level_name, magnitude_levels
+from ..compress.magnitude import level_name, magnitude_models
 from ..data.images import FASHION_MEAN, FASHION_STD, load_fashion, load_mnist10k, select_classes
 from ..loop import train_loop
 from ..measure import count_params
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("rodeo", "oe_random", "at", "oe_clean")
@@ -539,8 +539,7 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
 
 def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
     """Global magnitude pruning of the conv and linear weights at each level (no fine-tuning)."""
-    levels = magnitude_levels(model["state"], cfg.sparsities)
-    return {name: {**model, "state": state} for name, state in levels.items()}
+    return magnitude_models(model, cfg.sparsities)
 
 
 # ---------------------------------------------------------------------------------------------- claims
@@ -548,7 +547,7 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def lr_gate(v: str) -> Gate:
-        return Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)
+        return edge_gate(v)
 
     works = Gate("OE with random outliers detects OOD above chance on clean data (mean AUROC > 60%)", variant="oe_random",
                  metric="auroc", above=60.0)

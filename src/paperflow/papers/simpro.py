@@ -92,7 +92,7 @@ import torch
 import torch.nn.functional as F
 
 from ..compress.magnitude import level_name, magnitude_levels
-from ..data.images import FASHION_MEAN, FASHION_STD
+from ..data.images import FASHION_MEAN, FASHION_STD, shift_flip
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
 from ..tuning import best_index, grid_edge
@@ -249,17 +249,7 @@ def to_input(xf: torch.Tensor) -> torch.Tensor:
     return ((xf - FASHION_MEAN) / FASHION_STD).reshape(xf.shape[0], -1)
 
 
-def weak_aug(x: torch.Tensor, shift: int, gen: torch.Generator) -> torch.Tensor:
-    """uint8 (B, 28, 28) -> float in [0, 1]: random shift of up to +-shift px (zero fill) and a random horizontal flip."""
-    b, h, w = x.shape
-    xf = x.float() / 255.0
-    if shift:
-        padded = F.pad(xf, (shift, shift, shift, shift))
-        dy = torch.randint(0, 2 * shift + 1, (b,), generator=gen)
-        dx = torch.randint(0, 2 * shift + 1, (b,), generator=gen)
-        xf = padded.unfold(1, h, 1).unfold(2, w, 1)[torch.arange(b), dy, dx]
-    flip = torch.rand(b, generator=gen) < 0.5
-    return torch.where(flip[:, None, None], xf.flip(2), xf)
+weak_aug = shift_flip  # paperflow.data.images.shift_flip (shared with mc_ensemble)
 
 
 def strong_aug(x: torch.Tensor, cfg: Config, gen: torch.Generator) -> torch.Tensor:

@@ -82,12 +82,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..compress.magnitude import level_name, magnitude_levels
+from ..compress.magnitude import level_name, magnitude_models
 from ..data.images import load_mnist10k
 from ..loop import train_loop
 from ..measure import count_params
 from ..registry import register_paper
-from ..spec import Comparison, Gate, PaperSpec, check
+from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
 
 VARIANTS = ("vp", "pgcnn", "gcnn", "cnn", "vp_global")
@@ -516,8 +516,7 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
 
 def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
     """Global magnitude pruning of the backbone's conv and linear weights (encoders, mask logits, norms untouched)."""
-    levels = magnitude_levels(model["state"], cfg.sparsities, include=("convs.", "fc."))
-    return {name: {**model, "state": state} for name, state in levels.items()}
+    return magnitude_models(model, cfg.sparsities, include=("convs.", "fc."))
 
 
 # ---------------------------------------------------------------------------------------------- claims
@@ -525,7 +524,7 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 def comparisons(cfg: Config) -> list[Comparison]:
     def lr_gate(v: str) -> Gate:
-        return Gate(f"{v}: tuned lr inside the grid", variant=v, metric="grid_edge", below=0.5)
+        return edge_gate(v)
 
     hurts = Gate("full equivariance hurts 6/9: the full C4 G-CNN labels more test 6s and 9s as the other digit than the "
                  "CNN (conf69)", comparison=Comparison("conf69", "gcnn", "cnn", better="higher"), kind="mechanism")
