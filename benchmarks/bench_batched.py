@@ -5,8 +5,12 @@ prints, per model size, the milliseconds per step of K separate models (torch.op
 step over the same K, and the ratio separate / stacked (> 1: stacking is faster). Sizes: the MLPs the papers train
 on 28 x 28 images (784-64-10, 784-256-128-10) and a wider one, batch 64 per model, per-model batches.
 Then the paper that uses it (mc_ensemble, default sizes, random images: timing only): its members of one kind trained
-one at a time (fit_member) and stacked (fit_members): the 3 members of the de / supcon3 variants and the 6-lr tuning
-grid of one kind, seconds for --member-steps steps and the ratio.
+one at a time (fit_member) and stacked (fit_members): the 3 members of the de / supcon3 variants (per-model batches)
+and the 6-lr tuning grid of one kind (one shared batch), seconds for --member-steps steps and the ratio. mc_ensemble
+stacks only what this measured faster (its STACKED_GRID).
+Measured 2026-12-06 (1 thread): the MLPs with per-model batches 0.93x / 0.68x / 0.37x (stacked SLOWER: CPU batched
+matmuls of these shapes lose to separate ones, and a separate small step is only ~0.7 ms of Python); mc_ensemble de
+0.86x, supcon3 0.91x, tuning grids ce 1.26x, supcon 1.01x, rot 1.46x, large (768 wide) 0.51x.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 where a job's time goes (issue 27, item 1).
 
     python benchmarks/bench_efficiency.py --root . [--root /tmp/paperflow-dev/lococo-default ...] \
-        [--top 10 | --papers dcmha,lococo] [--threads 1] [--scaling] [--out before.json] [--compare before.json]
+        [--top 10 | --papers dcmha,lococo] [--threads 1] [--scaling] [--out before.json] [--compare before.json
+        [--same-jobs]]
 
 For the `--top` papers with the largest CPU time in the latest default runs under the roots (the cost table,
 benchmarks/bench_costs.py), it reruns one job per paper (its most expensive (variant, seed), and its prepare job
@@ -180,9 +181,22 @@ def heaviest_jobs(row: dict) -> list[tuple[str, str, int]]:
     return out
 
 
-def measure(row: dict, threads: int, profile: str, peak: float, scaling: bool = False) -> list[dict]:
+def jobs_of(labels: list[str]) -> list[tuple[str, str, int]]:
+    """The (stage, variant, seed) of job labels as a result row writes them ("prepare", "<variant>/seed<N>")."""
+    out = []
+    for label in labels:
+        if label == "prepare":
+            out.append(("prepare", "-", 0))
+        else:
+            variant, seed = label.rsplit("/seed", 1)
+            out.append(("run", variant, int(seed)))
+    return out
+
+
+def measure(row: dict, threads: int, profile: str, peak: float, scaling: bool = False,
+            jobs: list[tuple[str, str, int]] | None = None) -> list[dict]:
     found = []
-    for stage, variant, seed in heaviest_jobs(row):
+    for stage, variant, seed in jobs or heaviest_jobs(row):
         label = f"{row['paper']} {stage if stage == 'prepare' else f'{variant}/seed{seed}'}"
         print(f"[bench] {label}: timing ...", flush=True)
         timed = run_child("time", Path(row["root"]), row["paper"], stage, variant, seed, threads, profile)
@@ -251,8 +265,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scaling", action="store_true", help="also time each job at 2 threads (thread_speedup)")
     parser.add_argument("--out", default=None, help="write the figures as JSON")
     parser.add_argument("--compare", default=None, help="JSON of an earlier --out: print before/after ratios")
+    parser.add_argument("--same-jobs", action="store_true",
+                        help="with --compare: rerun exactly the earlier JSON's papers and jobs (not the heaviest of these roots)")
     args = parser.parse_args(argv)
     rows = latest_costs([Path(r) for r in (args.root or [str(ROOT)])], profile=args.profile)
+    same: dict[str, list[str]] = {}
+    if args.same_jobs:
+        if not args.compare:
+            parser.error("--same-jobs needs --compare (the JSON whose jobs to rerun)")
+        for r in json.loads(Path(args.compare).read_text())["results"]:
+            same.setdefault(r["paper"], []).append(r["job"])
+        args.papers = ",".join(same)
     if args.papers:
         wanted = args.papers.split(",")
         rows = [r for r in rows if r["paper"] in wanted]
@@ -265,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     small = {n: matmul_peak_gflops(args.threads, n=n, reps=max(20, 2 * (1024 // n) ** 3 // 64)) for n in (32, 64, 128, 256)}
     results = []
     for row in rows:
-        results += measure(row, args.threads, args.profile, peak, args.scaling)
+        results += measure(row, args.threads, args.profile, peak, args.scaling, jobs_of(same[row["paper"]]) if same else None)
     print("\n".join(table(results, peak, small)))
     if args.out:
         Path(args.out).write_text(json.dumps({"peak_gflops": peak, "small_gflops": small, "results": results}, indent=1))

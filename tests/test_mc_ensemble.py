@@ -182,6 +182,7 @@ def test_tuning_rule_uses_each_members_own_objective(monkeypatch):
     cfg = mc.Config(lr_grid=(1e-3, 3e-3, 1e-2))
     seen = []
     monkeypatch.setattr(mc, "fit_members", lambda cfg, data, kind, seeds, lrs, steps, log: [{"kind": kind, "lr": lr} for lr in lrs])
+    monkeypatch.setattr(mc, "fit_member", lambda cfg, data, kind, seed, lr, steps, log: {"kind": kind, "lr": lr})
 
     def objective(cfg, member, x, y):
         seen.append(member["kind"])
@@ -294,8 +295,8 @@ def test_v2_far_indices_are_the_v2_subset_draw():
 @pytest.mark.parametrize("kind,seeds,lrs", [("supcon", [3, 4, 5], [1e-3] * 3), ("ce", [7, 7, 7], [1e-3, 3e-3, 1e-2]),
                                             ("rot", [1, 2], [3e-3, 1e-3])])
 def test_stacked_members_equal_separate_members(kind, seeds, lrs):
-    """Issue 27: members of one kind trained as one stacked model (fit_members: the de / supcon3 members, the lr grid of
-    tuning from one seed) equal the members fit_member trains one at a time, within float tolerance. The tolerance is a
+    """Issue 27: members of one kind trained as one stacked model (fit_members: the lr grid of tuning from one seed; also
+    members of different seeds) equal the members fit_member trains one at a time, within float tolerance. The tolerance is a
     twentieth of one Adam step (lr): Adam moves a weight by lr g / (|g| + eps), so where a gradient is near eps (1e-8) the
     batched kernel's last-bit rounding of g changes that one step by a fraction of lr (measured: <= 0.017 lr after
     1 step, not growing over 15); everywhere else the weights agree to 1e-6."""

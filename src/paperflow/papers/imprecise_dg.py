@@ -222,6 +222,11 @@ def prepare(cfg: Config, res) -> dict:
     test, pool = draw_per_domain(dom, np.arange(len(y)), (float(cfg.test_frac), -1), cfg.test_seed)
     mu, sd = x[pool].mean(0), x[pool].std(0)
     sd[sd == 0] = 1.0
+    # indicators (one-hot month/hour/weekday/weather, flags) stay 0/1: standardising a rare one (weather = 4, heavy
+    # rain: 3 of 17,379 hours) makes it a ~60-sigma feature whose barely trained weight decides a validation row's
+    # error, so the lr grid's validation curve became noise (amendment 2); only the numeric columns are standardised
+    binary = np.isin(x[pool], (0.0, 1.0)).all(0)
+    mu[binary], sd[binary] = 0.0, 1.0
     ymu, ysd = y[pool].mean(), y[pool].std()
     data = {"x": torch.tensor((x - mu) / sd, dtype=torch.float32), "y": torch.tensor((y - ymu) / ysd, dtype=torch.float32),
             "dom": torch.from_numpy(dom), "pool": torch.from_numpy(pool), "test": torch.from_numpy(test),

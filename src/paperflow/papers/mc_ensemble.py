@@ -82,6 +82,10 @@ from ..tuning import tune
 MEMBERS = {"mc": ("ce", "supcon", "rot"), "de": ("ce", "ce", "ce"), "large": ("large",), "supcon3": ("supcon", "supcon", "supcon")}
 VARIANTS = tuple(MEMBERS)
 KINDS = ("ce", "supcon", "rot", "large")
+# kinds whose lr grid tuning trains as one stacked model (fit_members): measured faster than one lr at a time on this
+# CPU (benchmarks/bench_batched.py, 2026-12-06, 1 thread: ce 1.26x, rot 1.46x, supcon 1.01x); the 768-wide large
+# member ran 0.51x stacked (a batched matmul of that width is slower than separate ones), so it stays one at a time
+STACKED_GRID = ("ce", "rot", "supcon")
 # The tuning rule (fixed in code before the v3 run): every member kind picks its lr on the ID validation images by its
 # own training objective: ce and large by the class accuracy of their CE head, supcon by its SupCon loss (lower is
 # better), rot by rotation accuracy.
@@ -230,8 +234,11 @@ def tune_lrs(cfg: Config, data: dict) -> dict:
     by its own objective (OBJECTIVE, validation_objective); best lr kept (ties: the smaller)."""
     grid = list(cfg.lr_grid)
     out = {}
-    for kind in KINDS:  # the whole grid of a kind as one stacked model (one seed: identical init and batches)
-        members = fit_members(cfg, data, kind, [cfg.tune_seed] * len(grid), grid, cfg.tune_steps, None)
+    for kind in KINDS:
+        if kind in STACKED_GRID:  # the whole grid as one stacked model (one seed: identical init, one shared batch draw)
+            members = fit_members(cfg, data, kind, [cfg.tune_seed] * len(grid), grid, cfg.tune_steps, None)
+        else:
+            members = [fit_member(cfg, data, kind, cfg.tune_seed, lr, cfg.tune_steps, None) for lr in grid]
         scores = iter([validation_objective(cfg, m, data["x_val"], data["y_val"]) for m in members])
         out[kind] = tune(grid, lambda lr: (None, next(scores)), higher=kind != "supcon", name="lr")[1]
     return out
@@ -375,8 +382,8 @@ def fit_member(cfg: Config, data: dict, kind: str, seed: int, lr: float, steps: 
 def fit_members(cfg: Config, data: dict, kind: str, seeds: list[int], lrs: list[float], steps: int, log) -> list[dict]:
     """len(seeds) members of one kind, member k from seeds[k] at lrs[k], trained together as one stacked model
     (paperflow.batched, issue 27): each member's init, batches and Adam trajectory are those fit_member gives it, equal
-    within float tolerance (tests/test_mc_ensemble.py). Members sharing one seed (the lr grid of tuning) share one batch
-    draw. log(step, k, **metrics) per member."""
+    within float tolerance (tests/test_mc_ensemble.py). Members sharing one seed (the lr grid of tuning, the only caller:
+    STACKED_GRID) share one batch draw; different seeds get one batch each. log(step, k, **metrics) per member."""
     from ..batched import train_stacked
 
     if len(seeds) != len(lrs) or not seeds:
@@ -408,13 +415,11 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     keys = MEMBERS[variant]
     lrs = [data["tuning"][kind]["tuned_lr"] for kind in keys]  # each kind's lr under its own-objective rule (tune_lrs)
     seeds = [100 * seed + j for j in range(len(keys))]
-    if len(set(keys)) == 1:  # de, supcon3: members of one kind trained as one stacked model (paperflow.batched)
-        members = fit_members(cfg, data, keys[0], seeds, lrs, cfg.steps,
-                              (lambda step, j, **m: log(step, **{f"m{j}/{k}": v for k, v in m.items()})) if log else None)
-    else:
-        members = [fit_member(cfg, data, kind, s, lr, cfg.steps,
-                              (lambda step, _j=j, **m: log(step, **{f"m{_j}/{k}": v for k, v in m.items()})) if log else None)
-                   for j, (kind, s, lr) in enumerate(zip(keys, seeds, lrs))]
+    # one member at a time: de's / supcon3's members each draw their own batches, and stacked per-model batches ran
+    # slower on CPU (benchmarks/bench_batched.py: 0.86x / 0.91x), so only tuning's shared-batch grids are stacked
+    members = [fit_member(cfg, data, kind, s, lr, cfg.steps,
+                          (lambda step, _j=j, **m: log(step, **{f"m{_j}/{k}": v for k, v in m.items()})) if log else None)
+               for j, (kind, s, lr) in enumerate(zip(keys, seeds, lrs))]
     edges = [data["tuning"][k]["grid_edge"] for k in keys]
     tuning = {f"tuned_lr_{k}": float(data["tuning"][k]["tuned_lr"]) for k in set(keys)}
     return {"members": members, "tuning": {**tuning, "grid_edge": float(max(edges))}}
