@@ -546,9 +546,6 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    def lr_gate(v: str) -> Gate:
-        return edge_gate(v)
-
     works = Gate("OE with random outliers detects OOD above chance on clean data (mean AUROC > 60%)", variant="oe_random",
                  metric="auroc", above=60.0)
     attack = Gate(f"the PGD attack lowers the undefended detector's AUROC: oe_clean (the same generated OE, no adversarial "
@@ -556,13 +553,13 @@ def comparisons(cfg: Config) -> list[Comparison]:
                   variant="oe_clean", metric="attack_drop", above=ATTACK_DROP_MIN, kind="mechanism")
     steps = f"PGD-{cfg.attack_steps}, eps {cfg.eps:.4f}"
     rows = [Comparison("adv_auroc", "rodeo", "oe_random", better="higher", role="headline",
-                       gates=(works, attack, lr_gate("rodeo"), lr_gate("oe_random")),
+                       gates=(works, attack, edge_gate("rodeo"), edge_gate("oe_random")),
                        text=f"adversarial training with adaptive generated (near-distribution, diverse) outliers has a higher "
                             f"adversarial AUROC ({steps} on the detector; mean over near and far OOD) than with random outliers",
                        refuted_if="the paired 95% interval of adv_auroc(rodeo) - adv_auroc(oe_random) lies below 0 while the "
                                   "attack is active on the undefended detector, the random-OE detector is above chance clean "
                                   "and rodeo's lr is inside the grid")]
-    rows.append(Comparison("adv_auroc", "rodeo", "at", better="higher", role="secondary", gates=(lr_gate("rodeo"), lr_gate("at")),
+    rows.append(Comparison("adv_auroc", "rodeo", "at", better="higher", role="secondary", gates=(edge_gate("rodeo"), edge_gate("at")),
                            text="adaptive OE beats adversarial training without OE (MSP score) in adversarial AUROC"))
     rows.append(Comparison("auroc", "rodeo", "oe_random", better="higher", role="secondary", gates=(works,),
                            text="adaptive OE beats random OE in clean AUROC"))
