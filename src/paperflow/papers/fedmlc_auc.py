@@ -59,6 +59,7 @@ import torch.nn.functional as F
 from ..compress.magnitude import level_name, magnitude_levels
 from ..data.images import load_fashion, to_float
 from ..federated import average_copies_, partition
+from ..metrics import auroc as shared_auroc
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
@@ -149,10 +150,9 @@ def pairwise_square_auc(h: torch.Tensor, y: torch.Tensor, margin: float = 1.0) -
 
 
 def auroc(scores: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor) -> float:
-    """Area under the ROC curve (sklearn.metrics.roc_auc_score; ties count 1/2)."""
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(np.asarray(labels), np.asarray(scores, dtype=np.float64)))
+    """Area under the ROC curve of scores for labels in {0, 1}, class 1 positive (paperflow.metrics.auroc; ties 1/2)."""
+    s, y = np.asarray(scores, dtype=np.float64), np.asarray(labels)
+    return shared_auroc(s[y == 1], s[y == 0])
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -89,6 +89,7 @@ from ..compress.magnitude import level_name, magnitude_models
 from ..data.images import FASHION_MEAN, FASHION_STD, load_fashion, load_mnist10k, select_classes
 from ..loop import train_loop
 from ..measure import count_params
+from ..metrics import auroc as shared_auroc
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
@@ -153,14 +154,8 @@ class Config:
 
 
 def auroc(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
-    """AUROC of the anomaly score with OOD as the positive class: P(s_ood > s_id) + P(tie) / 2 (Mann-Whitney U / n m),
-    from ranks (average ranks for ties), O((n + m) log(n + m))."""
-    from scipy.stats import rankdata
-
-    a, b = np.asarray(id_scores, dtype=float), np.asarray(ood_scores, dtype=float)
-    ranks = rankdata(np.r_[a, b])
-    u = ranks[len(a):].sum() - len(b) * (len(b) + 1) / 2
-    return float(u / (len(a) * len(b)))
+    """AUROC of the anomaly score with OOD as the positive class (paperflow.metrics.auroc: P(s_ood > s_id) + ties / 2)."""
+    return shared_auroc(ood_scores, id_scores)
 
 
 def pgd(objective, x: torch.Tensor, eps: float, alpha: float, steps: int, gen: torch.Generator | None,
