@@ -16,3 +16,23 @@ def auroc(positive_scores, negative_scores) -> float:
     ranks = rankdata(np.r_[neg, pos])
     u = ranks[len(neg):].sum() - len(pos) * (len(pos) + 1) / 2
     return float(u / (len(pos) * len(neg)))
+
+
+def expected_calibration_error(probs, labels, n_bins: int = 15) -> float:
+    """ECE (Guo et al. 2017) of class probabilities (N, K) against labels (N,): equal-width bins on the max-probability
+    confidence, bin b = (b / n_bins, (b + 1) / n_bins]; sum_b (n_b / N) |accuracy_b - mean confidence_b|, a fraction.
+    Used by kd_ranking and vp_gcnn."""
+    import torch
+
+    conf, pred = probs.max(dim=1)
+    correct = (pred == labels).double()
+    conf = conf.double()
+    idx = (torch.ceil(conf * n_bins).long() - 1).clamp(0, n_bins - 1)
+    n = conf.shape[0]
+    ece = 0.0
+    for b in range(n_bins):
+        mask = idx == b
+        cnt = int(mask.sum())
+        if cnt:
+            ece += cnt / n * abs(float(correct[mask].mean()) - float(conf[mask].mean()))
+    return float(ece)

@@ -86,6 +86,7 @@ from ..compress.magnitude import level_name, magnitude_models
 from ..data.images import load_mnist10k
 from ..loop import train_loop
 from ..measure import count_params
+from ..metrics import expected_calibration_error
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
@@ -145,22 +146,6 @@ class Config:
 
 
 # ---------------------------------------------------------------------------------------------- metrics
-
-
-def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15) -> float:
-    """ECE (Guo et al. 2017): equal-width confidence bins (i/B, (i+1)/B] over the max probability;
-    sum_b (n_b / N) |accuracy_b - mean confidence_b|, as a fraction."""
-    conf, pred = probs.max(1)
-    correct = (pred == labels).double()
-    conf = conf.double()
-    bins = torch.clamp(torch.ceil(conf * n_bins).long() - 1, 0, n_bins - 1)
-    ece = 0.0
-    n = conf.numel()
-    for b in range(n_bins):
-        sel = bins == b
-        if sel.any():
-            ece += float(sel.sum()) / n * abs(float(correct[sel].mean()) - float(conf[sel].mean()))
-    return ece
 
 
 def confusion_69(pred: torch.Tensor, labels: torch.Tensor) -> float:
