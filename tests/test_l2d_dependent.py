@@ -12,6 +12,7 @@ import torch
 
 from paperflow.papers import l2d_dependent as l2d
 from paperflow.spec import Resources
+from synthetic_images import fake_fashion
 
 K = l2d.K
 
@@ -166,14 +167,8 @@ def test_metrics_hand_example():
 def test_end_to_end_through_spec(tmp_path):
     rng = np.random.default_rng(0)
 
-    def images(labels):
-        x = rng.integers(0, 40, (len(labels), 28, 28)).astype(np.uint8)
-        for i, c in enumerate(labels):
-            x[i, 2 + 2 * c : 6 + 2 * c, 6:22] = 230
-        return x
-
     yf, yt = rng.integers(0, 10, 700), rng.integers(0, 10, 300)
-    np.savez(tmp_path / "f.npz", x_train=images(yf), y_train=yf, x_test=images(yt), y_test=yt)
+    fake_fashion(tmp_path / "f.npz", rng, yf, yt)
     res = Resources(root=str(tmp_path), paths={"fashion_mnist": str(tmp_path / "f.npz")})
     spec = l2d.SPEC
     cfg = spec.make_config({"n_train": 400, "n_val": 100, "n_test": 200, "hidden": 16, "steps": 30, "batch_size": 32,

@@ -8,6 +8,7 @@ import torch
 from paperflow.continual import MLP
 from paperflow.papers import masc
 from paperflow.spec import Resources
+from synthetic_images import fake_fashion
 
 
 def test_merge_is_the_sum_of_the_experts():
@@ -53,14 +54,8 @@ def test_equal_size_widths():
 def test_end_to_end_through_spec(tmp_path):
     rng = np.random.default_rng(0)
 
-    def images(labels):
-        x = rng.integers(0, 40, (len(labels), 28, 28)).astype(np.uint8)
-        for i, c in enumerate(labels):
-            x[i, 2 + 2 * c : 6 + 2 * c, 6:22] = 230
-        return x
-
     yf, yt = np.repeat(np.arange(10), 40), np.repeat(np.arange(10), 12)
-    np.savez(tmp_path / "f.npz", x_train=images(yf), y_train=yf, x_test=images(yt), y_test=yt)
+    fake_fashion(tmp_path / "f.npz", rng, yf, yt)
     res = Resources(root=str(tmp_path), paths={"fashion_mnist": str(tmp_path / "f.npz")})
     spec = masc.SPEC
     cfg = spec.make_config({"n_train": 25, "n_val": 10, "n_test": 10, "hidden": 8, "mem_per_class": 3, "phase0_steps": 5,

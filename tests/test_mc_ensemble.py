@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from paperflow.data.images import select_classes, subset
 from paperflow.papers import mc_ensemble as mc
 from paperflow.spec import ConfigError, Resources
+from synthetic_images import fake_fashion
 
 
 def test_supcon_matches_brute_force():
@@ -90,14 +91,8 @@ def test_config_and_comparisons():
 def test_end_to_end_through_spec(tmp_path):
     rng = np.random.default_rng(0)
 
-    def images(labels):
-        x = rng.integers(0, 40, (len(labels), 28, 28)).astype(np.uint8)
-        for i, c in enumerate(labels):
-            x[i, 4 + 2 * c : 8 + 2 * c, 6:22] = 230
-        return x
-
     yf, yt, ym = rng.integers(0, 10, 900), rng.integers(0, 10, 300), rng.integers(0, 10, 1700)
-    np.savez(tmp_path / "f.npz", x_train=images(yf), y_train=yf, x_test=images(yt), y_test=yt)
+    fake_fashion(tmp_path / "f.npz", rng, yf, yt, top=4)
     np.savez(tmp_path / "m.npz", x=rng.integers(0, 255, (1700, 28, 28)).astype(np.uint8), y=ym)  # 1500 are v2's
     res = Resources(root=str(tmp_path), paths={"fashion_mnist": str(tmp_path / "f.npz"), "mnist10k": str(tmp_path / "m.npz")})
     spec = mc.SPEC

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from paperflow.continual import MLP, mask_unseen
 from paperflow.papers import mrfa
 from paperflow.spec import Resources
+from synthetic_images import fake_fashion
 
 
 def _setup():
@@ -55,14 +56,8 @@ def test_one_step_raises_each_replay_loss_and_random_keeps_the_norm():
 def _resources(tmp_path):
     rng = np.random.default_rng(0)
 
-    def images(labels):
-        x = rng.integers(0, 40, (len(labels), 28, 28)).astype(np.uint8)
-        for i, c in enumerate(labels):
-            x[i, 2 + 2 * c : 6 + 2 * c, 6:22] = 230
-        return x
-
     yf, yt = np.repeat(np.arange(10), 40), np.repeat(np.arange(10), 12)
-    np.savez(tmp_path / "f.npz", x_train=images(yf), y_train=yf, x_test=images(yt), y_test=yt)
+    fake_fashion(tmp_path / "f.npz", rng, yf, yt)
     return Resources(root=str(tmp_path), paths={"fashion_mnist": str(tmp_path / "f.npz")})
 
 

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from paperflow.papers import rodeo
 from paperflow.spec import ConfigError, Resources
+from synthetic_images import fake_fashion
 
 
 @pytest.mark.parametrize("direction", [1.0, -1.0])
@@ -145,14 +145,8 @@ def test_config_rejects_bad_values():
 def _resources(tmp_path):
     rng = np.random.default_rng(0)
 
-    def images(labels):
-        x = rng.integers(0, 40, (len(labels), 28, 28)).astype(np.uint8)
-        for i, c in enumerate(labels):
-            x[i, 4 + 2 * c : 8 + 2 * c, 6:22] = 230
-        return x
-
     yf, yt = rng.integers(0, 10, 900), rng.integers(0, 10, 400)
-    np.savez(tmp_path / "f.npz", x_train=images(yf), y_train=yf, x_test=images(yt), y_test=yt)
+    fake_fashion(tmp_path / "f.npz", rng, yf, yt, top=4)
     np.savez(tmp_path / "m.npz", x=rng.integers(0, 255, (300, 28, 28)).astype(np.uint8), y=rng.integers(0, 10, 300))
     return Resources(root=str(tmp_path), paths={"fashion_mnist": str(tmp_path / "f.npz"), "mnist10k": str(tmp_path / "m.npz")})
 

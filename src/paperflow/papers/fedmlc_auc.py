@@ -59,6 +59,7 @@ import torch.nn.functional as F
 from ..compress.magnitude import level_name, magnitude_levels
 from ..data.images import load_fashion, to_float
 from ..federated import average_copies_, partition
+from ..metrics import auroc as shared_auroc
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
@@ -149,10 +150,9 @@ def pairwise_square_auc(h: torch.Tensor, y: torch.Tensor, margin: float = 1.0) -
 
 
 def auroc(scores: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor) -> float:
-    """Area under the ROC curve (sklearn.metrics.roc_auc_score; ties count 1/2)."""
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(np.asarray(labels), np.asarray(scores, dtype=np.float64)))
+    """Area under the ROC curve of scores for labels in {0, 1}, class 1 positive (paperflow.metrics.auroc; ties 1/2)."""
+    s, y = np.asarray(scores, dtype=np.float64), np.asarray(labels)
+    return shared_auroc(s[y == 1], s[y == 0])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -443,7 +443,6 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    inside = lambda v: edge_gate(v)  # noqa: E731
     meth, fo, coda, ce = VARIANTS
     imbalanced = Gate(f"measured training positive rate below 0.1 (one-vs-rest subsampled to {cfg.pos_rate})",
                       variant=meth, metric="train_pos_rate", below=0.1)
@@ -459,19 +458,19 @@ def comparisons(cfg: Config) -> list[Comparison]:
     level = level_name(cfg.compare_level)
     return [
         Comparison("auc", meth, coda, better="higher", role="headline",
-                   gates=(inside(meth), inside(coda), imbalanced, learns, hetero, ce_gap, shift),
+                   gates=(edge_gate(meth), edge_gate(coda), imbalanced, learns, hetero, ce_gap, shift),
                    refuted_if="CODA-style federated min-max AUC has the higher test AUC (paired 95% interval of "
                               "compositional - CODA below 0) with the imbalance, the clients' heterogeneity and the "
                               "inner CE step all measured active",
                    text="federated compositional AUC (inner CE step composed with the min-max square AUC loss) reaches "
                         "a higher test AUC than federated min-max AUC (CODA-style; the same loop with rho = 0) on "
                         "one-vs-rest Fashion-MNIST at 5% positives over non-iid clients"),
-        Comparison("auc", meth, ce, better="higher", role="secondary", gates=(inside(meth), inside(ce)),
+        Comparison("auc", meth, ce, better="higher", role="secondary", gates=(edge_gate(meth), edge_gate(ce)),
                    text="federated compositional AUC beats federated CE (FedAvg) in test AUC"),
-        Comparison("auc", meth, fo, better="higher", role="secondary", gates=(inside(meth), inside(fo)),
+        Comparison("auc", meth, fo, better="higher", role="secondary", gates=(edge_gate(meth), edge_gate(fo)),
                    text="ablation: the exact compositional gradient (with the inner step's Jacobian I - rho H_CE) beats "
                         "the first-order composition (AUC gradient at the CE-stepped model) in test AUC"),
-        Comparison("auc", coda, ce, better="higher", role="control", gates=(inside(coda), inside(ce)),
+        Comparison("auc", coda, ce, better="higher", role="control", gates=(edge_gate(coda), edge_gate(ce)),
                    text="control: CODA-style min-max AUC vs federated CE, test AUC"),
         Comparison("recall_pos", meth, ce, better="higher", role="control",
                    text="control: positives' recall at probability 0.5, compositional AUC vs CE"),

@@ -509,11 +509,10 @@ def comparisons(cfg: Config) -> list[Comparison]:
     mech = Gate(f"the fixed-level models' risks differ across levels: swapping the level-0 and level-1 models costs each level "
                 f"on average more than the margin, level_gap > {m:g} (test)", variant="fixed", metric="level_gap", above=m,
                 kind="mechanism")
-    edge = lambda v: edge_gate(v)  # noqa: E731
     lv = ", ".join(f"{a:g}" for a in cfg.levels)
     rows = [Comparison(
         "cvar_mean", "iro", "fixed", better="lower", kind="close", margin=m, role="headline",
-        gates=(mech, edge("iro"), edge("fixed")),
+        gates=(mech, edge_gate("iro"), edge_gate("fixed")),
         text=f"one conditioned model matches each fixed-level model: IRO's test risk CVaR_lambda(h(., lambda)), averaged over "
              f"lambda in ({lv}), within {m:.0%} of the fixed-level CVaR models' (each at its own level)",
         refuted_if=f"the paired 95% interval of the level-mean CVaR difference (IRO - fixed family) lies above {m:.0%} of the "
@@ -521,28 +520,28 @@ def comparisons(cfg: Config) -> list[Comparison]:
     for a in cfg.levels:
         # per-level breakdown of the headline: controls (not Holm-counted secondary claims), the headline averages them
         rows.append(Comparison(f"cvar_{level_key(a)}", "iro", "fixed", better="lower", kind="close", margin=m, role="control",
-                               gates=(edge("iro"), edge("fixed")),
+                               gates=(edge_gate("iro"), edge_gate("fixed")),
                                text=f"at level {a:g}: IRO's h(., {a:g}) within {m:.0%} of the model trained at {a:g} (test CVaR)"))
     rows += [
-        Comparison("max_regret", "iro", "erm", better="lower", role="secondary", gates=(edge("iro"), edge("erm")),
+        Comparison("max_regret", "iro", "erm", better="lower", role="secondary", gates=(edge_gate("iro"), edge_gate("erm")),
                    text="the paper's metric: IRO's maximal regret over levels (CVaR_k(model) - CVaR_k(f_k), max over k) below ERM's"),
-        Comparison("max_regret", "iro", "groupdro", better="lower", role="secondary", gates=(edge("iro"), edge("groupdro")),
+        Comparison("max_regret", "iro", "groupdro", better="lower", role="secondary", gates=(edge_gate("iro"), edge_gate("groupdro")),
                    text="the paper's metric: IRO's maximal regret over levels below worst-case DRO's (group DRO)"),
-        Comparison("cvar_mean", "iro", "iro_nocond", better="lower", role="control", gates=(edge("iro"), edge("iro_nocond")),
+        Comparison("cvar_mean", "iro", "iro_nocond", better="lower", role="control", gates=(edge_gate("iro"), edge_gate("iro_nocond")),
                    text="ablation: conditioning on lambda lowers the level-mean risk against the same objective without "
                         "lambda as input (one model for the average preference)"),
         Comparison("cvar_mean", "erm", "fixed", better="lower", kind="close", margin=m, role="control",
-                   gates=(edge("erm"), edge("fixed")),
+                   gates=(edge_gate("erm"), edge_gate("fixed")),
                    text=f"reference: ERM alone within {m:.0%} of the fixed-level family (if so, a single model suffices here)"),
         Comparison("cvar_a100", "iro", "groupdro", better="lower", kind="close", margin=m, role="control",
-                   gates=(edge("iro"), edge("groupdro")),
+                   gates=(edge_gate("iro"), edge_gate("groupdro")),
                    text=f"worst domain: IRO at lambda = 1 within {m:.0%} of worst-case DRO (group DRO)"),
         Comparison("cvar_a000", "iro", "erm", better="lower", kind="close", margin=m, role="control",
-                   gates=(edge("iro"), edge("erm")),
+                   gates=(edge_gate("iro"), edge_gate("erm")),
                    text=f"average over domains: IRO at lambda = 0 within {m:.0%} of ERM"),
         Comparison("cvar_mean", "iro_unseen", "fixed_unseen", better="lower", kind="close", margin=m, role="control",
                    gates=(Gate(f"the unseen-season family's risks differ across levels, level_gap > {m:g}", variant="fixed_unseen",
-                               metric="level_gap", above=m), edge("iro_unseen"), edge("fixed_unseen")),
+                               metric="level_gap", above=m), edge_gate("iro_unseen"), edge_gate("fixed_unseen")),
                    text=f"the authors' protocol: trained on the seasons other than {'/'.join(cfg.unseen)} (both years), IRO's "
                         f"level-mean CVaR over the unseen {'/'.join(cfg.unseen)} domains within {m:.0%} of the fixed-level "
                         "models trained the same way"),

@@ -73,6 +73,7 @@ from ..compress.magnitude import magnitude_levels
 from ..data.images import load_fashion, subset, to_float
 from ..loop import cosine_lr, train_loop
 from ..measure import count_params
+from ..metrics import expected_calibration_error
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check
 
@@ -165,22 +166,6 @@ def listmle_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, top
     if topk is not None:
         terms = terms[:, :topk]
     return terms.sum(1).mean()
-
-
-def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15) -> float:
-    """Eq. ECE: equal-width bins on the max-probability confidence, bin b = (b/n_bins, (b+1)/n_bins]."""
-    conf, pred = probs.max(dim=1)
-    correct = (pred == labels).double()
-    conf = conf.double()
-    idx = (torch.ceil(conf * n_bins).long() - 1).clamp(0, n_bins - 1)
-    n = conf.shape[0]
-    ece = 0.0
-    for b in range(n_bins):
-        mask = idx == b
-        cnt = int(mask.sum())
-        if cnt:
-            ece += cnt / n * abs(float(correct[mask].mean()) - float(conf[mask].mean()))
-    return float(ece)
 
 
 def pearson(x: list[float], y: list[float]) -> float:

@@ -331,9 +331,6 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    def lr_gate(v: str) -> Gate:
-        return edge_gate(v)
-
     spread = Gate(f"the simulated expert is accurate on some classes and weak on others: its per-class accuracy on the "
                   f"test draw spans more than {SPREAD_MIN:g} pp (max - min over classes)",
                   variant="dep", metric="expert_spread", above=SPREAD_MIN, kind="mechanism")
@@ -343,18 +340,18 @@ def comparisons(cfg: Config) -> list[Comparison]:
     helps = Gate(f"deferral helps the baseline: ce's system accuracy exceeds its classifier alone by more than {GAIN_MIN:g} pp",
                  variant="ce", metric="defer_gain", above=GAIN_MIN)
     rows = [Comparison("system_acc", "dep", "ce", better="higher", role="headline",
-                       gates=(spread, defers, helps, lr_gate("dep"), lr_gate("ce")),
+                       gates=(spread, defers, helps, edge_gate("dep"), edge_gate("ce")),
                        text="the dependent-Bayes-optimality surrogate (joint softmax over label and expert correctness, "
                             "dependent deferral rule) has a higher test system accuracy than Mozannar-Sontag's CE surrogate",
                        refuted_if="the paired 95% interval of system_acc(dep) - system_acc(ce) lies below 0 while the expert's "
                                   "per-class accuracy spread exceeds the threshold, dep defers on a fraction strictly inside "
                                   "(0.02, 0.98), deferral helps ce and dep's lr is inside its grid")]
-    rows.append(Comparison("system_acc", "dep", "ova", better="higher", role="secondary", gates=(spread, defers, lr_gate("dep"), lr_gate("ova")),
+    rows.append(Comparison("system_acc", "dep", "ova", better="higher", role="secondary", gates=(spread, defers, edge_gate("dep"), edge_gate("ova")),
                            text="the dependent surrogate has a higher system accuracy than the one-vs-all surrogate (Verma & Nalisnick)"))
     rows.append(Comparison("coverage", "dep", "ce", better="higher", kind="close", margin=0.05, role="secondary", gates=(spread, defers),
                            text="coverage: dep predicts on at least 95% as many test images as ce (its accuracy is not bought "
                                 "with more deferral)"))
-    rows.append(Comparison("system_acc", "dep", "marg", better="higher", role="secondary", gates=(spread, defers, lr_gate("dep"), lr_gate("marg")),
+    rows.append(Comparison("system_acc", "dep", "marg", better="higher", role="secondary", gates=(spread, defers, edge_gate("dep"), edge_gate("marg")),
                            text="ablation: the joint (y, expert-correct) model beats the two marginals P(y|x) and P(m=y|x) "
                                 "estimated by separate heads with the same information: the gain comes from the dependence"))
     rows.append(Comparison("clf_acc", "dep", "ce", better="higher", role="control",

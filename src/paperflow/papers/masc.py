@@ -474,30 +474,27 @@ def derive(cfg: Config, rows: list[dict]) -> list[dict]:
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    def edge(v: str) -> Gate:
-        return edge_gate(v)
-
     forgets = Gate(f"independent agents forget their expert classes: their old-class accuracy drops by more than "
                    f"{FORGET_ABOVE} points from phase 0 to after the new tasks (forgetting of independent)",
                    variant="independent", metric="forgetting", above=FORGET_ABOVE, kind="mechanism")
     learns = Gate("the independent agents learn the new classes (new-class accuracy > 50%)", variant="independent",
                   metric="new_acc", above=50.0)
     rows = [Comparison("old_acc", "masc", "independent", better="higher", role="headline",
-                       gates=(forgets, learns, edge("masc"), edge("independent")),
+                       gates=(forgets, learns, edge_gate("masc"), edge_gate("independent")),
                        text="MASC keeps a higher accuracy on the original expert classes than independent agents after "
                             "learning the new classes",
                        refuted_if="the paired 95% interval of old_acc(masc) - old_acc(independent) lies below 0 while the "
                                   "independent agents forget (> 10 points) and learn the new classes, and masc's lr is inside its grid")]
-    rows.append(Comparison("old_acc", "masc", "single", better="higher", role="secondary", gates=(edge("masc"), edge("single")),
+    rows.append(Comparison("old_acc", "masc", "single", better="higher", role="secondary", gates=(edge_gate("masc"), edge_gate("single")),
                            text="MASC keeps a higher old-class accuracy than a single continual learner of equal total size"))
     rows.append(Comparison("new_acc", "masc", "single", better="higher", kind="close", margin=0.05, role="secondary",
-                           gates=(edge("masc"), edge("single")),
+                           gates=(edge_gate("masc"), edge_gate("single")),
                            text="MASC learns the new classes within 5% of the single continual learner"))
-    rows.append(Comparison("all_acc", "masc", "single", better="higher", role="secondary", gates=(edge("masc"), edge("single")),
+    rows.append(Comparison("all_acc", "masc", "single", better="higher", role="secondary", gates=(edge_gate("masc"), edge_gate("single")),
                            text="MASC's system accuracy over all classes is higher than the single continual learner's"))
-    rows.append(Comparison("old_acc", "masc", "masc_no_ra", better="higher", role="secondary", gates=(edge("masc"), edge("masc_no_ra")),
+    rows.append(Comparison("old_acc", "masc", "masc_no_ra", better="higher", role="secondary", gates=(edge_gate("masc"), edge_gate("masc_no_ra")),
                            text="ablation: reciprocal altruism (inherited learner, KD, experts stepping aside) raises old-class accuracy"))
-    rows.append(Comparison("all_acc", "masc", "masc_no_ra", better="higher", role="secondary", gates=(edge("masc"), edge("masc_no_ra")),
+    rows.append(Comparison("all_acc", "masc", "masc_no_ra", better="higher", role="secondary", gates=(edge_gate("masc"), edge_gate("masc_no_ra")),
                            text="ablation: reciprocal altruism raises the system's accuracy over all classes"))
     rows.append(Comparison("old_acc", "masc", "masc|learner", better="higher", role="secondary",
                            text="ablation: collective collaboration (energy routing to the experts) beats the MASC learner alone "

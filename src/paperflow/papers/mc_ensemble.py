@@ -20,7 +20,7 @@ learned:
   large    one cross-entropy model whose encoder has the ensemble's total parameter count (784-768-128 vs 3 x 784-256-128);
   supcon3  ablation: an ensemble of 3 SupCon members (the strongest single objective for kNN detection): if it matches
            mc, the gain is SupCon's, not the different objectives'.
-Equations: SupCon, Khosla et al. Eq. 2; kNN score, Sun et al. Eq. 2; AUROC (sklearn.metrics.roc_auc_score, ID =
+Equations: SupCon, Khosla et al. Eq. 2; kNN score, Sun et al. Eq. 2; AUROC (paperflow.metrics.auroc, ID =
 positive); FPR@95 = fraction of OOD images scored at or above the 5th percentile of ID scores (TPR 95%); linear CKA,
 Kornblith et al. 2019.
 Data: Fashion-MNIST classes cfg.id_classes in distribution, all from the official TRAINING split: a data_seed permutation
@@ -69,12 +69,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from sklearn.metrics import roc_auc_score
 
 from ..compress.magnitude import level_name, magnitude_levels
 from ..data.images import load_fashion, load_mnist10k, select_classes, shift_flip
 from ..loop import train_loop
 from ..measure import count_params
+from ..metrics import auroc as shared_auroc
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
@@ -144,8 +144,7 @@ class Config:
 
 def auroc(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
     """AUROC of separating ID (positive) from OOD by the score (higher = more in-distribution)."""
-    y = np.r_[np.ones(len(id_scores)), np.zeros(len(ood_scores))]
-    return float(roc_auc_score(y, np.r_[id_scores, ood_scores]))
+    return shared_auroc(id_scores, ood_scores)  # paperflow.metrics.auroc
 
 
 def fpr_at_95_tpr(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:

@@ -427,25 +427,22 @@ TV_MIN = 0.05  # mechanism gate: the weights that trained the kept model moved >
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    def lr_gate(v: str) -> Gate:
-        return edge_gate(v)
-
     bites = Gate("the shortcuts bite: ERM's group-averaged accuracy exceeds its worst-group accuracy by > 10 points",
                  variant="erm", metric="shortcut_gap", above=10.0)
     moved = Gate(f"MOO's group weights move away from uniform: total variation from 1/4 of the weights applied in the steps "
                  f"that trained the kept checkpoint, averaged over those steps, > {TV_MIN} (else MOO is balanced sampling "
                  "with equal group-type weights)", variant=METHOD, metric="moo_weight_tv", above=TV_MIN, kind="mechanism")
-    rows = [Comparison("worst_acc", METHOD, BEST, better="higher", role="headline", gates=(bites, moved, lr_gate(METHOD), lr_gate(BEST)),
+    rows = [Comparison("worst_acc", METHOD, BEST, better="higher", role="headline", gates=(bites, moved, edge_gate(METHOD), edge_gate(BEST)),
                        text="MOO has higher worst-group accuracy than the best baseline (ERM / GroupDRO / single-bias "
                             "GroupDRO, chosen on validation worst-group accuracy)",
                        refuted_if="MOO's worst-group test accuracy minus the validation-chosen baseline's has its paired 95% "
                                   "interval wholly below 0, with the shortcuts biting, MOO's weights moved (mechanism gate) and "
                                   "MOO's lr inside its grid")]
     rows.append(Comparison("worst_acc", METHOD, ABLATION, better="higher", role="secondary",
-                           gates=(bites, lr_gate(METHOD), lr_gate(ABLATION)),
+                           gates=(bites, edge_gate(METHOD), edge_gate(ABLATION)),
                            text="the learned group weights matter: MOO has higher worst-group accuracy than moo_fixed (the same "
                                 "method, batches, lr and steps with alpha_lr = 0, i.e. fixed uniform weights)"))
-    rows += [Comparison("worst_acc", METHOD, b, better="higher", role="secondary", gates=(bites, lr_gate(METHOD), lr_gate(b)),
+    rows += [Comparison("worst_acc", METHOD, b, better="higher", role="secondary", gates=(bites, edge_gate(METHOD), edge_gate(b)),
                         text=f"MOO has higher worst-group accuracy than {b}") for b in ("gdro", "erm", "gdro_color")]
     rows.append(Comparison("unbiased_acc", METHOD, "gdro", better="higher", role="secondary", gates=(bites,),
                            text="MOO has higher unbiased (group-averaged) accuracy than GroupDRO"))

@@ -89,6 +89,7 @@ from ..compress.magnitude import level_name, magnitude_models
 from ..data.images import FASHION_MEAN, FASHION_STD, load_fashion, load_mnist10k, select_classes
 from ..loop import train_loop
 from ..measure import count_params
+from ..metrics import auroc as shared_auroc
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
@@ -153,14 +154,8 @@ class Config:
 
 
 def auroc(id_scores: np.ndarray, ood_scores: np.ndarray) -> float:
-    """AUROC of the anomaly score with OOD as the positive class: P(s_ood > s_id) + P(tie) / 2 (Mann-Whitney U / n m),
-    from ranks (average ranks for ties), O((n + m) log(n + m))."""
-    from scipy.stats import rankdata
-
-    a, b = np.asarray(id_scores, dtype=float), np.asarray(ood_scores, dtype=float)
-    ranks = rankdata(np.r_[a, b])
-    u = ranks[len(a):].sum() - len(b) * (len(b) + 1) / 2
-    return float(u / (len(a) * len(b)))
+    """AUROC of the anomaly score with OOD as the positive class (paperflow.metrics.auroc: P(s_ood > s_id) + ties / 2)."""
+    return shared_auroc(ood_scores, id_scores)
 
 
 def pgd(objective, x: torch.Tensor, eps: float, alpha: float, steps: int, gen: torch.Generator | None,
@@ -546,9 +541,6 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    def lr_gate(v: str) -> Gate:
-        return edge_gate(v)
-
     works = Gate("OE with random outliers detects OOD above chance on clean data (mean AUROC > 60%)", variant="oe_random",
                  metric="auroc", above=60.0)
     attack = Gate(f"the PGD attack lowers the undefended detector's AUROC: oe_clean (the same generated OE, no adversarial "
@@ -556,13 +548,13 @@ def comparisons(cfg: Config) -> list[Comparison]:
                   variant="oe_clean", metric="attack_drop", above=ATTACK_DROP_MIN, kind="mechanism")
     steps = f"PGD-{cfg.attack_steps}, eps {cfg.eps:.4f}"
     rows = [Comparison("adv_auroc", "rodeo", "oe_random", better="higher", role="headline",
-                       gates=(works, attack, lr_gate("rodeo"), lr_gate("oe_random")),
+                       gates=(works, attack, edge_gate("rodeo"), edge_gate("oe_random")),
                        text=f"adversarial training with adaptive generated (near-distribution, diverse) outliers has a higher "
                             f"adversarial AUROC ({steps} on the detector; mean over near and far OOD) than with random outliers",
                        refuted_if="the paired 95% interval of adv_auroc(rodeo) - adv_auroc(oe_random) lies below 0 while the "
                                   "attack is active on the undefended detector, the random-OE detector is above chance clean "
                                   "and rodeo's lr is inside the grid")]
-    rows.append(Comparison("adv_auroc", "rodeo", "at", better="higher", role="secondary", gates=(lr_gate("rodeo"), lr_gate("at")),
+    rows.append(Comparison("adv_auroc", "rodeo", "at", better="higher", role="secondary", gates=(edge_gate("rodeo"), edge_gate("at")),
                            text="adaptive OE beats adversarial training without OE (MSP score) in adversarial AUROC"))
     rows.append(Comparison("auroc", "rodeo", "oe_random", better="higher", role="secondary", gates=(works,),
                            text="adaptive OE beats random OE in clean AUROC"))

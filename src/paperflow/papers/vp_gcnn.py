@@ -86,6 +86,7 @@ from ..compress.magnitude import level_name, magnitude_models
 from ..data.images import load_mnist10k
 from ..loop import train_loop
 from ..measure import count_params
+from ..metrics import expected_calibration_error
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
 from ..tuning import tune
@@ -145,22 +146,6 @@ class Config:
 
 
 # ---------------------------------------------------------------------------------------------- metrics
-
-
-def expected_calibration_error(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15) -> float:
-    """ECE (Guo et al. 2017): equal-width confidence bins (i/B, (i+1)/B] over the max probability;
-    sum_b (n_b / N) |accuracy_b - mean confidence_b|, as a fraction."""
-    conf, pred = probs.max(1)
-    correct = (pred == labels).double()
-    conf = conf.double()
-    bins = torch.clamp(torch.ceil(conf * n_bins).long() - 1, 0, n_bins - 1)
-    ece = 0.0
-    n = conf.numel()
-    for b in range(n_bins):
-        sel = bins == b
-        if sel.any():
-            ece += float(sel.sum()) / n * abs(float(correct[sel].mean()) - float(conf[sel].mean()))
-    return ece
 
 
 def confusion_69(pred: torch.Tensor, labels: torch.Tensor) -> float:
@@ -523,9 +508,6 @@ def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> d
 
 
 def comparisons(cfg: Config) -> list[Comparison]:
-    def lr_gate(v: str) -> Gate:
-        return edge_gate(v)
-
     hurts = Gate("full equivariance hurts 6/9: the full C4 G-CNN labels more test 6s and 9s as the other digit than the "
                  "CNN (conf69)", comparison=Comparison("conf69", "gcnn", "cnn", better="higher"), kind="mechanism")
     helps = Gate("full equivariance helps the rotated digits: the full C4 G-CNN is more accurate than the CNN on the "
@@ -533,7 +515,7 @@ def comparisons(cfg: Config) -> list[Comparison]:
                  kind="mechanism")
     works = Gate("the Partial G-CNN learns the task (accuracy > 50%, chance 10%)", variant="pgcnn", metric="acc", above=50.0)
     rows = [Comparison("acc", "vp", "pgcnn", better="higher", role="headline",
-                       gates=(hurts, helps, works, lr_gate("vp"), lr_gate("pgcnn")),
+                       gates=(hurts, helps, works, edge_gate("vp"), edge_gate("pgcnn")),
                        text="VP G-CNN (input-conditioned output group elements) is more accurate than the Partial G-CNN "
                             "(layer-wise learned output group elements) on rotated MNIST where 6 and 9 need broken symmetry",
                        refuted_if="the paired 95% interval of acc(vp) - acc(pgcnn) lies below 0 while full equivariance "
@@ -541,9 +523,9 @@ def comparisons(cfg: Config) -> list[Comparison]:
                                   "inside its grid")]
     rows.append(Comparison("ece", "vp", "pgcnn", better="lower", role="secondary", gates=(hurts, works),
                            text="VP G-CNN is better calibrated (lower ECE, 15 bins) than the Partial G-CNN"))
-    rows.append(Comparison("acc", "vp", "gcnn", better="higher", role="secondary", gates=(hurts, lr_gate("vp"), lr_gate("gcnn")),
+    rows.append(Comparison("acc", "vp", "gcnn", better="higher", role="secondary", gates=(hurts, edge_gate("vp"), edge_gate("gcnn")),
                            text="VP G-CNN is more accurate than the full C4 G-CNN"))
-    rows.append(Comparison("acc", "vp", "cnn", better="higher", role="secondary", gates=(helps, lr_gate("vp"), lr_gate("cnn")),
+    rows.append(Comparison("acc", "vp", "cnn", better="higher", role="secondary", gates=(helps, edge_gate("vp"), edge_gate("cnn")),
                            text="VP G-CNN is more accurate than the CNN"))
     rows.append(Comparison("acc", "vp", "vp_global", better="higher", role="secondary", gates=(hurts, helps),
                            text="ablation: VP G-CNN beats the same distribution with an input-independent tau per layer "
