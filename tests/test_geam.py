@@ -1,0 +1,120 @@
+"""GEAM (paperflow.papers.geam): FGIB's noisy fragment features and KL, the fragment score, and the molecule operators,
+each against a value computed another way."""
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("rdkit")
+
+from paperflow.papers import geam  # noqa: E402
+
+
+def _items(smiles):
+    out = [geam.featurize(s) for s in smiles]
+    assert all(o is not None for o in out)
+    return out
+
+
+MOLS = ["CCOc1ccc(Cl)cc1C(=O)NC", "CC(C)Oc1ccccc1N", "O=C(NCc1ccccc1)c1ccco1"]
+
+
+def test_brics_fragments_cover_every_atom_and_rejoin():
+    Chem = geam._chem()
+    mol = Chem.MolFromSmiles("CCOc1ccccc1")  # BRICS cuts the ether: ethyl and phenyl pieces, each with one dummy
+    frags, atom_frag = geam.brics_fragments(mol)
+    assert len(atom_frag) == mol.GetNumAtoms() and set(atom_frag) == set(range(len(frags)))
+    assert all(f.count("*") >= 1 for f in frags)
+    pieces = [Chem.MolFromSmiles(f) for f in frags]
+    while len(pieces) > 1:  # re-joining the pieces at their dummies gives back the molecule
+        rw = geam.join(pieces[0], pieces[1], random.Random(0))
+        pieces = [rw.GetMol()] + pieces[2:]
+    Chem.SanitizeMol(pieces[0])
+    assert Chem.MolToSmiles(pieces[0]) == Chem.MolToSmiles(mol)
+
+
+def test_join_and_cap_by_hand():
+    Chem = geam._chem()
+    cfg = geam.Config(min_atoms=1)
+    rw = geam.join(Chem.MolFromSmiles("*c1ccccc1"), Chem.MolFromSmiles("*C(=O)O"), random.Random(0))
+    assert Chem.MolToSmiles(geam.finish(rw, cfg)) == Chem.MolToSmiles(Chem.MolFromSmiles("OC(=O)c1ccccc1"))
+    capped = geam.finish(geam.cap(Chem.RWMol(Chem.MolFromSmiles("*n1cccc1"))), cfg)  # aromatic N keeps its H
+    assert capped is not None and Chem.MolToSmiles(capped) == Chem.MolToSmiles(Chem.MolFromSmiles("c1cc[nH]c1"))
+
+
+def test_fragment_score_is_the_codes_formula():
+    """score(F) = mean over occurrences of Y * w_F / sqrt(|F|), computed here by brute force from FGIB's weights."""
+    Chem = geam._chem()
+    items = _items(MOLS)
+    ys = [0.2, 0.5, 0.9]
+    torch.manual_seed(0)
+    net = geam.FGIB(geam.N_FEAT, 8, 2).eval()
+    got = geam.fragment_scores(net, items, ys)
+    acc = {}
+    for it, y in zip(items, ys):
+        with torch.no_grad():
+            w = net.weights(geam.collate([it]))
+        for k, frag in enumerate(it["frags"]):
+            acc.setdefault(frag, []).append(y * float(w[k]))
+    want = {f: float(np.mean(v)) / math.sqrt(Chem.MolFromSmiles(f).GetNumAtoms()) for f, v in acc.items()}
+    assert got.keys() == want.keys()
+    for f in want:
+        assert got[f] == pytest.approx(want[f], rel=1e-5)
+
+
+def test_fgib_keeps_every_fragment_when_w_is_one():
+    """w = 1: z_j = f_j exactly (no noise, no pull to the mean), so the KL's variance term is 0 and the mean term is
+    sum_j ((f_j - mu)/s)^2 = n_frags * d per graph in the population std (the KL of a keep-everything bottleneck)."""
+    items = _items(MOLS)
+    torch.manual_seed(0)
+    net = geam.FGIB(geam.N_FEAT, 8, 2)
+    with torch.no_grad():
+        net.compressor[-1].weight.zero_()
+        net.compressor[-1].bias.fill_(60.0)  # sigmoid -> 1
+    b = geam.collate(items)
+    p1, kl, w = net(b)
+    p2, _, _ = net(b, noise=False)
+    assert torch.allclose(w, torch.ones_like(w))
+    assert torch.allclose(p1, p2)  # no noise reaches the prediction
+    f = net.frag_features(b).detach()
+    fg = b["frag_graph"]
+    want = []
+    for g in range(len(items)):
+        fj = f[fg == g]
+        mu, sd = fj.mean(0), fj.std(0, unbiased=False)
+        want.append((((fj - mu) / (sd + 1e-7)) ** 2).sum(0))
+    assert float(kl) == pytest.approx(float(torch.stack(want).mean()), rel=1e-3)
+
+
+def test_operators_return_valid_molecules_in_range():
+    Chem = geam._chem()
+    cfg = geam.Config(min_atoms=5, max_atoms=40)
+    rng = random.Random(0)
+    a, b = Chem.MolFromSmiles(MOLS[0]), Chem.MolFromSmiles(MOLS[2])
+    made = 0
+    for _ in range(20):
+        child = geam.crossover(a, b, cfg, rng)
+        if child is None:
+            continue
+        mut = geam.mutate_atom(child, cfg, rng)
+        for m in (child, mut):
+            if m is not None:
+                made += 1
+                assert Chem.MolFromSmiles(Chem.MolToSmiles(m)) is not None
+                assert cfg.min_atoms <= m.GetNumAtoms() <= cfg.max_atoms
+    assert made > 10
+
+
+def test_objective_matches_rdkit():
+    from rdkit.Chem import QED, Crippen
+    from rdkit.Contrib.SA_Score import sascorer
+
+    Chem = geam._chem()
+    m = Chem.MolFromSmiles(MOLS[0])
+    y, q, sa, lp = geam.objective(m)
+    assert y == pytest.approx(QED.qed(m) * (10 - sascorer.calculateScore(m)) / 9 * min(max(Crippen.MolLogP(m), 0), 5) / 5)
+    assert 0 <= y <= 1
