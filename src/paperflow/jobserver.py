@@ -62,6 +62,11 @@ def _preload() -> None:
     except ImportError:
         pass
 
+    try:  # the GP papers' inference library (cellular_gp imports it inside its functions): ~1-2 s per job otherwise
+        import gpytorch  # noqa: F401
+    except ImportError:
+        pass
+
     from . import cli, stages  # noqa: F401
     from .config import paper_code
     from .registry import list_papers

