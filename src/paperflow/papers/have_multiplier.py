@@ -85,6 +85,7 @@ class Config:
     ucb_c: float = 0.5  # meta-agent UCB1 exploration on normalised hv gains
     reward_scale: float = 100.0
     tune_seed: int = 1000
+    test_stream: int = 8  # test runs use streams [seed, width, test_stream] (8: pilot runs before registration read 7)
     tune_runs: int = 3  # tuning runs per lr (streams [tune_seed + r, width]), averaged: one run's hv is noisy
     eval_steps: int = 10  # greedy policy rollout length per preference (policy_hv)
     sparsities: tuple = (0.5, 0.8)
@@ -401,7 +402,7 @@ def policy_hv(cfg: Config, n: int, weights: dict) -> float:
 
 def prepare(cfg: Config, res) -> dict:
     """Tune the REINFORCE lr of every learned variant on tune_runs runs from tune_seed (mean hv over runs and widths;
-    ties to the smaller lr). Test runs use the streams [seed, width, 7], which tuning never reads."""
+    ties to the smaller lr). Test runs use the streams [seed, width, test_stream], which tuning never reads."""
     tuning = {}
     for v in LEARNED:
         scores = [float(np.mean([run_width(cfg, n, v, lr, [cfg.tune_seed + r, n])["hv"] for n in cfg.widths for r in range(cfg.tune_runs)]))
@@ -419,7 +420,7 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     per = {}
     weights = {}
     for n in cfg.widths:
-        r = run_width(cfg, n, variant, tun["lr"], [seed, n, 7])
+        r = run_width(cfg, n, variant, tun["lr"], [seed, n, cfg.test_stream])
         per[n] = r
         weights.update({f"w{n}.{k}": v.tolist() for k, v in r["weights"].items()})  # lists: weights_only loading
         if log:
