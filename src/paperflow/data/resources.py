@@ -528,8 +528,6 @@ def build_msft(sources: list[Path], out: Path) -> None:
     wheel, read as archives (pmdarima need not be importable). Stored in file order: date (int32 YYYYMMDD), open, high,
     low, close (float64), volume (int64); OpenInt (always 0) dropped."""
     import csv
-    import io
-    import zipfile
 
     with zipfile.ZipFile(sources[0]) as zf:
         blob = zf.read(PMDARIMA_MSFT)

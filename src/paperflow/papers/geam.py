@@ -98,6 +98,7 @@ class Config:
     n_val: int = 200  # molecules held out to measure FGIB's validation MSE (data_seed)
     data_seed: int = 0
     tune_seed: int = 1000  # generation seed of the tuning runs (evaluation seeds are 0..seeds-1)
+    draw: int = 1  # generation streams (seed, draw): 1 = re-drawn before registration (sizing probes printed seed 0's top10 at draw 0)
     hidden: int = 32  # FGIB width
     layers: int = 3  # message-passing steps
     fgib_steps: int = 200
@@ -313,7 +314,6 @@ def fgib_mse(net: FGIB, items: list[dict], y: torch.Tensor) -> float:
 @torch.no_grad()
 def fragment_scores(net: FGIB | None, items: list[dict], y: list[float]) -> dict[str, float]:
     """score(F) = mean over occurrences of (Y w_F) / sqrt(|F|) (get_frags.py); net=None: w_F = 1 (the no-IB ablation)."""
-    Chem = _chem()
     if not items:
         return {}
     b = collate(items)
@@ -522,7 +522,6 @@ def mutate_atom(mol, cfg: Config, rng: random.Random):
 def mutate_fragment(mol, vocab_mols: list, probs: np.ndarray, cfg: Config, rng: random.Random, np_rng: np.random.Generator):
     """fragment_ga's mutation: cut at a random acyclic single bond, keep one piece, attach a vocabulary fragment at the
     cut (its other attachment points capped); 10 tries."""
-    Chem = _chem()
     for _ in range(10):
         pieces = cut_acyclic(mol, rng)
         if pieces is None:
@@ -552,8 +551,8 @@ def generate(cfg: Config, data: dict, variant: str, seed: int, mutation_rate: fl
     Chem = _chem()
     if variant not in VARIANTS:
         raise ValueError(f"geam: unknown variant {variant!r}; known: {VARIANTS}")
-    rng = random.Random(seed)
-    np_rng = np.random.default_rng(seed)
+    rng = random.Random(seed * 1000 + cfg.draw)
+    np_rng = np.random.default_rng([seed, cfg.draw])
     v0 = [tuple(t) for t in data["vocab"]]
     queue = list(v0)
     v0_mols, v0_probs = [_mol(f) for f, _ in v0], _probs(v0)

@@ -70,7 +70,6 @@ training far smaller.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
