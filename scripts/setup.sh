@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import paperflow, torch, snakemake, dvc, mlflow, polars, transformers, pytest, sklearn, selenium, psycopg2, snakemake_executor_plugin_slurm" 2>/dev/null; then
+if ! .venv/bin/python -c "import paperflow, torch, snakemake, dvc, mlflow, polars, transformers, pytest, sklearn, selenium, psycopg2, snakemake_executor_plugin_slurm, gensim, gpytorch, rdkit, gymnasium, networkx" 2>/dev/null; then
   say "installing paperflow and its dependencies into .venv"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q torch==2.13.0
