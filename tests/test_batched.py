@@ -7,7 +7,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from paperflow.batched import StackedAdam, StackedModels
+from paperflow.batched import ForeachStackedAdam, StackedAdam, StackedModels
 
 
 def mlp(seed: int) -> nn.Module:
@@ -57,3 +57,18 @@ def test_bad_stacks_are_refused():
     stack = StackedModels([mlp(0), mlp(1)])
     with pytest.raises(ValueError, match="2 deep"):
         StackedAdam(list(stack.parameters()), [1e-3])
+
+
+def test_foreach_stacked_adam_equals_stacked_adam():
+    torch.manual_seed(0)
+    a = [torch.randn(3, 5, 4, requires_grad=True), torch.randn(3, 1, 4, requires_grad=True)]
+    b = [x.detach().clone().requires_grad_() for x in a]
+    lrs = [1e-3, 1e-2, 3e-2]
+    oa, ob = ForeachStackedAdam(a, lrs), StackedAdam(b, lrs)
+    for _ in range(30):
+        for x, y in zip(a, b):
+            g = torch.randn_like(x)
+            x.grad, y.grad = g.clone(), g.clone()
+        oa.step()
+        ob.step()
+    assert max(float((x - y).detach().abs().max()) for x, y in zip(a, b)) < 1e-5

@@ -56,8 +56,8 @@ one run per lr at tune_seed (its own environment, warm-up actions and network in
 seeds); best score wins, ties to the smaller lr (paperflow.tuning.tune). grid_edge is logged for the directional gates.
 Compute (issue 27): a TD3 update of these small nets is mostly kernel launches, so every variant's seeds 0..stack_seeds-1
 (and, in tuning, its lr grid) train side by side as one stacked model (SMLP: (K, in, out) weights, one batched matmul
-per layer; LerpAdam: torch's foreach Adam with one lr per stacked model, equal to paperflow.batched.StackedAdam), in
-prepare(); train() hands out the seed's run (a seed beyond the stack trains alone there with the same code). Slot k of
+per layer; paperflow.batched.ForeachStackedAdam: torch's foreach Adam with one lr per stacked model), in prepare();
+train() hands out the seed's run (a seed beyond the stack trains alone there with the same code). Slot k of
 a stack uses environment seed k (reset and warm-up actions), so td3, alh and alh_null of one seed see the same start
 states and warm-up actions (paired); the networks of a stack are initialised from its first seed. Pendulum-v1 is
 stepped for all K in numpy with gymnasium's own equations (VecEnv; equal to gymnasium's step in tests/test_alh.py);
@@ -83,6 +83,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..batched import ForeachStackedAdam
 from ..compress.magnitude import level_name, magnitude_models
 from ..registry import register_paper
 from ..spec import Comparison, Gate, PaperSpec, check, edge_gate
@@ -204,31 +205,6 @@ def denoise_loss(dec: SMLP, x: torch.Tensor, h: torch.Tensor, noise: float, gen:
     return ((out - x) ** 2).mean(dim=(1, 2)).sum()
 
 
-class LerpAdam:
-    """Adam with one lr per stacked model, in torch's foreach kernels: torch.optim.Adam(foreach) steps at lr 1, then each
-    model's slice is moved lr_k of the way, p <- p_old + lr_k (p_adam - p_old), which is Adam at lr_k (Adam's moments do
-    not depend on lr; no weight decay). Equal to paperflow.batched.StackedAdam up to float rounding
-    (tests/test_alh.py), with ~10 kernel calls a step instead of ~7 per tensor (the per-update cost of these tiny nets is
-    kernel launches)."""
-
-    def __init__(self, params: list[torch.Tensor], lrs) -> None:
-        self.params = list(params)
-        self.opt = torch.optim.Adam(self.params, lr=1.0, foreach=True)
-        lr = torch.tensor([float(x) for x in lrs])
-        self.w = [lr.view(-1, *([1] * (q.dim() - 1))).expand_as(q).contiguous() for q in self.params]
-
-    def zero_grad(self) -> None:
-        for q in self.params:
-            q.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        old = torch._foreach_mul(self.params, 1.0)
-        self.opt.step()
-        torch._foreach_lerp_(old, self.params, self.w)
-        torch._foreach_copy_(self.params, old)
-
-
 # ---------------------------------------------------------------------------------------------- agent
 
 
@@ -249,15 +225,15 @@ class Agent:
         self.critic = SMLP(2 * k, [obs_dim + act_dim + d, hid, hid, 1])  # twin critics: models 0..K-1 and K..2K-1
         self.actor_t = [p.detach().clone() for p in self.actor.params]
         self.critic_t = [p.detach().clone() for p in self.critic.params]
-        self.opt_a = LerpAdam(self.actor.params, lrs)
-        self.opt_c = LerpAdam(self.critic.params, list(lrs) * 2)
+        self.opt_a = ForeachStackedAdam(self.actor.params, lrs)
+        self.opt_c = ForeachStackedAdam(self.critic.params, list(lrs) * 2)
         if mode == "alh":
             xd = obs_dim + act_dim + 1
             self.enc = SMLP(k, [xd, hid, hid, d], "sigmoid")
             self.dec = SMLP(k, [xd + d, hid, hid, xd], "sigmoid")
-            self.opt_m = LerpAdam(self.enc.params + self.dec.params, [MEM_LR] * k)
+            self.opt_m = ForeachStackedAdam(self.enc.params + self.dec.params, [MEM_LR] * k)
             self.h0 = torch.zeros(k, d, requires_grad=True)
-            self.opt_h0 = LerpAdam([self.h0], [MEM_LR] * k)
+            self.opt_h0 = ForeachStackedAdam([self.h0], [MEM_LR] * k)
         self.it = 0
         self.h = None if mode == "none" else torch.zeros(k, d)
 
