@@ -62,6 +62,11 @@ seed 0, printed test-segment MSEs (forecasting windows as registered; imputation
 naive fc 0.187 / imp 0.087, seasonal 0.176 / 0.143, frozen 0.103 / 0.089, fine-tuned with graph 0.098 / 0.087, from
 scratch 0.097 / 0.084. Later probes read the validation segment only. Changed afterwards for job time only: 150 / 50 steps,
 1 encoder layer, fine-tuning batch 16 -> 8, the fine-tuning lr no longer tuned on its own, 8 seeds.
+Amendments (in the lock). 1: pre-training and from-scratch both chose the bottom of the registered grid (0.0003, 0.001,
+0.003): the grid was widened downward for both and the imputation masks re-drawn (test_seed 4242 -> 4243). 2: with the
+re-drawn masks the from-scratch lr landed on the top of (3e-5 ... 3e-3) (validation rel_mse 1.101, 1.017, 0.991, 1.008,
+0.980: flat within a few percent, the edge 1.07% better than the best inside): the grid was widened upward to 0.01 for
+both and the masks re-drawn again (test_seed 5077); the frozen-vs-scratch test reading of that run (-0.018) was seen.
 Data: resource `msft` (pmdarima's daily Microsoft stock, 7,983 trading days): 5 channels log open, high, low, close,
 volume, standardised with the training segment's statistics; chronological split train 70% / validation 10% / test 20%.
 Substitutions: the paper's eight benchmark sets (ETT, Weather, ECL, Traffic, SMD, PSM, SWaT, NIPS-Water: not
@@ -113,12 +118,12 @@ class Config:
     finetune_steps: int = 50  # per task and graph setting
     batch: int = 64  # univariate instances per pre-training / from-scratch step
     ft_batch: int = 8  # multivariate windows per fine-tuning step
-    lr_grid: tuple = (0.00003, 0.0001, 0.0003, 0.001, 0.003)
+    lr_grid: tuple = (0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01)
     eval_stride: int = 24
     period: int = 5  # seasonal baselines: a trading week
     close_margin: float = 0.1  # headline: frozen within 10% (relative rel_mse) of from scratch
     tune_seed: int = 1000
-    test_seed: int = 4243  # the imputation masks of the validation and test windows
+    test_seed: int = 5077  # the imputation masks of the validation and test windows
     sparsities: tuple = (0.5, 0.8)
     compare_level: float = 0.5
 
