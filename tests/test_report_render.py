@@ -48,3 +48,35 @@ def test_results_are_judged_with_the_settings_of_the_profile_that_made_them():
     assert "other settings" in stale["note"]
     mixed = pl.DataFrame({"variant": ["a", "a"], "seed": [0, 1], "profile": ["smoke", "default"], "config_hash": [h, h]})
     assert "mix profiles" in _made_by(ROOT, settings, "metalearn_seq", mixed)["problem"]
+
+
+def test_a_figure_is_drawn_again_only_when_its_inputs_change(tmp_path, monkeypatch):
+    """The PNG's text chunk holds a digest of its inputs: a second report with the same data draws nothing; a changed
+    curve, table or a deleted file is drawn again."""
+    import polars as pl
+
+    run = tmp_path / "results" / "p" / "a" / "seed0"
+    run.mkdir(parents=True)
+    (run / "curves.json").write_text(json.dumps({"train/loss": [[0, 1.0], [1, 0.5]]}))
+    table = pl.DataFrame({"variant": ["a", "b"], "dense/acc": [0.9, 0.8], "compressed:0.50/acc": [0.85, 0.7]})
+    draws = []
+    real_save = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, out, key: draws.append(out.name) or real_save(fig, out, key))
+
+    def both():
+        curve = figures.learning_curves(tmp_path / "results", "p", ["a"], [0], tmp_path / "c.png")
+        comp = figures.compression_figure(table, "p", "acc", tmp_path / "k.png")
+        return curve, comp
+
+    assert both() == (tmp_path / "c.png", tmp_path / "k.png") and draws == ["c.png", "k.png"]
+    assert both() == (tmp_path / "c.png", tmp_path / "k.png") and draws == ["c.png", "k.png"]  # nothing drawn again
+    (run / "curves.json").write_text(json.dumps({"train/loss": [[0, 1.0], [1, 0.4]]}))
+    table = table.with_columns(pl.col("compressed:0.50/acc") * 0.5)
+    both()
+    assert draws[2:] == ["c.png", "k.png"]
+    (tmp_path / "k.png").unlink()
+    both()
+    assert draws[4:] == ["k.png"]
+    (tmp_path / "c.png").write_bytes(b"not a png")
+    both()
+    assert draws[5:] == ["c.png"]

@@ -50,7 +50,9 @@ def source_fingerprint(package: Path | None = None) -> tuple[int, int]:
 
 def _preload() -> None:
     """Import what jobs import: torch, the CLI and stages, every registered paper (and the shared modules they use)."""
-    import jsonschema  # noqa: F401  (params validation)
+    from .config import import_jsonschema
+
+    import_jsonschema()  # params validation
     import torch
     import torch._dynamo  # noqa: F401  (torch.optim's first step imports it, and sympy with it: ~0.5 s per job)
 
