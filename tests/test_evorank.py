@@ -60,6 +60,26 @@ def test_target_rank_statistic_is_one_only_for_a_wildtype_matching_target():
     assert rho < 0.1 and not_top == 1.0
 
 
+def test_target_rank_statistic_counts_observed_states_more_than_the_wildtypes_rank():
+    """Spearman against a one-hot (20 tied entries): below 0.9 as soon as q admits a second state, whether the wildtype
+    is q's mode or not (what the mechanism gate's 0.9 threshold reads)."""
+    x = torch.tensor([[3]])
+
+    def rho(q_values: dict) -> float:
+        q = torch.full((1, 1, P.N_STATES), 1e-3)
+        for a, v in q_values.items():
+            q[0, 0, a] = v
+        return E.target_rank_stats(x, q, 1, torch.Generator().manual_seed(0))[0]
+
+    assert math.isclose(rho({3: 0.9}), 1.0)
+    top_of_two, second_of_two = rho({3: 0.6, 0: 0.3}), rho({3: 0.3, 0: 0.6})
+    assert top_of_two < 0.9 and second_of_two < 0.9 and abs(top_of_two - second_of_two) < 0.1
+    distinct = torch.linspace(0.2, 0.01, P.N_STATES)  # 21 distinct values, wildtype (3) moved to the top
+    distinct[[0, 3]] = distinct[[3, 0]]
+    assert math.isclose(E.target_rank_stats(x, distinct[None, None], 1, torch.Generator().manual_seed(0))[0],
+                        105 / math.sqrt(770 * 105), rel_tol=1e-6)  # cov / (sd sd) of the centred ranks, by hand
+
+
 def test_mask_positions_has_one_per_row():
     m = E.mask_positions(500, 10, 0.0001, torch.Generator().manual_seed(0))
     assert torch.all(m.sum(1) >= 1)

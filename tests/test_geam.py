@@ -118,3 +118,27 @@ def test_objective_matches_rdkit():
     y, q, sa, lp = geam.objective(m)
     assert y == pytest.approx(QED.qed(m) * (10 - sascorer.calculateScore(m)) / 9 * min(max(Crippen.MolLogP(m), 0), 5) / 5)
     assert 0 <= y <= 1
+
+
+def test_generate_same_budget_and_only_geam_updates():
+    """Every variant scores the same number of distinct molecules (the headline's equal oracle budget), only geam's
+    vocabulary changes, and geam's final vocabulary never exceeds max_vocab_size."""
+    smiles = [s for s in MOLS + ["CCN(CC)C(=O)c1ccccc1", "COc1ccc(CC(=O)O)cc1", "CC(=O)Nc1ccc(O)cc1",
+                                 "CCOC(=O)c1ccc(N)cc1", "CC(C)NCC(O)c1ccc(O)cc1"] if geam.featurize(s) is not None]
+    assert len(smiles) >= 5
+    items = _items(smiles)
+    Chem = geam._chem()
+    ys = [geam.objective(Chem.MolFromSmiles(s))[0] for s in smiles]
+    torch.manual_seed(0)
+    net = geam.FGIB(geam.N_FEAT, 8, 2).eval()
+    cfg = geam.Config(budget=24, n_assemble=6, n_offspring=6, population=6, vocab_size=6, max_vocab_size=9,
+                      max_vocab_update=3, min_atoms=5, max_frags=3)
+    data = {"vocab": [list(t) for t in geam.top_vocab(geam.fragment_scores(net, items, ys), cfg.vocab_size)]}
+    v0 = {f for f, _ in data["vocab"]}
+    for variant in geam.VARIANTS:
+        g = geam.generate(cfg, data, variant, 0, 0.5, net)
+        assert len(g["smiles"]) == len(set(g["smiles"])) == cfg.budget, variant
+        assert all(0.0 <= y <= 1.0 for y in g["y"])
+        assert g["vocab_final_size"] <= cfg.max_vocab_size
+        if variant != "geam":
+            assert g["vocab_new_frac"] == 0.0 and g["vocab_final_size"] == len(v0)

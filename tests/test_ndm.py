@@ -94,3 +94,37 @@ def test_tiny_end_to_end():
         assert math.isfinite(mc["nll_bpd"])
     names = {c.metric for c in P.comparisons(cfg)}
     assert {"nll_bpd", "f_departure", "nll_bpd_ring"} <= names
+
+
+def test_oracle_gives_zero_kl_and_the_hand_kl_with_a_learned_transformation():
+    """With a non-zero G, an x_hat network that returns x exactly makes every step KL zero (F enters q and p the same
+    way); a wrong x_hat gives the KL of the two posteriors written out by hand from the paper's formula."""
+    cfg = P.Config(**TINY)
+    sched = Schedule(cfg.steps_T, cfg.gamma_min, cfg.gamma_max)
+    g = TimeMLP(64, 8, 2)  # not zero-initialised: F(x, t) = x + t G(x, t) departs from x
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randint(0, 17, (6, 64), generator=gen).float() / 8 - 1
+    eps, eps0 = torch.randn(x.shape, generator=gen), torch.randn(x.shape, generator=gen)
+    i = torch.tensor([1, 2, 3, 4, 5, 5])
+
+    class Oracle(torch.nn.Module):  # eps_hat such that x_hat = (z - sigma eps_hat) / alpha equals `target`
+        def forward(self, z, t):
+            k = i
+            return (z - sched.at("alpha", k, z) * self.target) / sched.at("sigma", k, z)
+    o = Oracle()
+    o.target = x
+    with torch.no_grad():
+        kl, _, _ = P.bound_terms(sched, {"x": o, "g": g}, x, i, eps, True, torch.linspace(-1, 1, P.LEVELS), eps0)
+    assert float(kl.abs().max()) < 1e-4
+    o.target = x.flip(0)  # a wrong prediction: the KL by hand
+    with torch.no_grad():
+        kl, _, _ = P.bound_terms(sched, {"x": o, "g": g}, x, i, eps, True, torch.linspace(-1, 1, P.LEVELS), eps0)
+        t, s = sched.t[i].float(), sched.t[i - 1].float()
+        a_t, a_s = sched.alpha[i].float()[:, None], sched.alpha[i - 1].float()[:, None]
+        sg_t, sg_s = sched.sigma[i].float()[:, None], sched.sigma[i - 1].float()[:, None]
+        var = (sg_t ** 2 - (a_t / a_s) ** 2 * sg_s ** 2) * sg_s ** 2 / sg_t ** 2
+        F = lambda y, tt: y + tt[:, None] * g(y, tt)  # noqa: E731
+        z = a_t * F(x, t) + sg_t * eps
+        mean = lambda y: a_s * F(y, s) + (sg_s ** 2 - var).sqrt() * (z - a_t * F(y, t)) / sg_t  # noqa: E731
+        want = ((mean(x) - mean(o.target)) ** 2).sum(1) / (2 * var[:, 0])
+    torch.testing.assert_close(kl, want, rtol=1e-3, atol=1e-3)

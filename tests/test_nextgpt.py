@@ -147,3 +147,16 @@ def test_config_rejects_bad_values():
         ng.Config(test_seed=0)
     with pytest.raises(ConfigError):
         ng.Config(backbone_layers=0)
+
+
+def test_proj_and_e2e_start_equal_and_are_tuned_alike(tiny):
+    """The headline's two arms differ only in what trains: at the same seed they start from identical weights
+    (frozen parts and projections), and every variant was scored on the whole lr grid by the same rule."""
+    cfg, data = tiny
+    a, b = ng.build(data, "proj", 3), ng.build(data, "e2e", 3)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    for variant in ng.VARIANTS:
+        info = data["tuning"][variant]
+        scores = [info[f"val_score@{j}"] for j in range(len(cfg.lr_grid))]
+        assert info["tuned_lr"] == cfg.lr_grid[int(np.argmax(scores))]  # ties: the first (smaller) lr

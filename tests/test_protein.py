@@ -206,6 +206,38 @@ def test_protein_families_resource_and_the_pfam_hmm_scores_real_above_shuffled()
     assert P.hmm_bits(fam["hmm"], real).mean() > 0 > P.hmm_bits(fam["hmm"], shuffled).mean()
 
 
+def _forward_cell_by_cell(hmm: dict, x) -> float:
+    """The glocal Forward recursion of Durbin et al. ch. 5 written cell by cell in log space (no delete-chain matrix
+    product, no exp-space shifts): an independent check of hmm_loglik on long sequences."""
+    M, t, eM, eI = hmm["M"], hmm["trans"], hmm["match"], hmm["insert"]
+    MM, MI, MD, IM, II, DM, DD = range(7)
+    n, lae = len(x), np.logaddexp
+    fM, fI, fD = (np.full((n + 1, M + 1), -np.inf) for _ in range(3))
+    fM[0, 0] = 0.0
+    for i in range(n + 1):
+        for k in range(M + 1):
+            if i and k:
+                d = fD[i - 1, k - 1] + t[k - 1, DM] if k > 1 else -np.inf
+                fM[i, k] = eM[k, x[i - 1]] + lae(lae(fM[i - 1, k - 1] + t[k - 1, MM], fI[i - 1, k - 1] + t[k - 1, IM]), d)
+            if i and k < M:
+                fI[i, k] = eI[k, x[i - 1]] + lae(fM[i - 1, k] + t[k, MI], fI[i - 1, k] + t[k, II])
+            if k:
+                d = fD[i, k - 1] + t[k - 1, DD] if k > 1 else -np.inf
+                fD[i, k] = lae(fM[i, k - 1] + t[k - 1, MD], d)
+    return float(lae(fM[n, M] + t[M, MM], fD[n, M] + t[M, DM]))
+
+
+@pytest.mark.skipif(not (ROOT / "resources" / "protein_families.npz").exists(), reason="resource protein_families not built here")
+def test_forward_on_the_real_fn3_model_equals_the_cell_by_cell_recursion():
+    """The real 86-node Pfam model, real sequences (77-84 residues) and random ones shorter and longer than the model."""
+    fam = P.load_family(str(ROOT / "resources" / "protein_families.npz"), "fn3")
+    rng = np.random.default_rng(0)
+    seqs = [P.ungap(r) for r in fam["msa"][:3]] + [rng.integers(0, 20, n) for n in (5, 120)]
+    got = P.hmm_loglik(fam["hmm"], seqs)
+    want = [_forward_cell_by_cell(fam["hmm"], list(s)) for s in seqs]
+    assert np.allclose(got, want, rtol=0, atol=1e-8), (got, want)
+
+
 def test_build_protein_families_from_the_package(tmp_path):
     from paperflow.data.resources import HMMER_DEB, build_protein_families, get_resource, npz_digest
 

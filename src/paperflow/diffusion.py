@@ -1,6 +1,8 @@
 """A shared Gaussian diffusion core (issue 31: ndm, fadiff): a discrete variance-preserving schedule, the forward
-marginal, the posterior q(z_s | z_t, x) in the DDIM form that NDM generalises, the ancestral step, the Gaussian KL of
-two equal-variance Gaussians, the discretized data likelihood of the last step, and a small time-conditioned MLP.
+marginal, the posterior q(z_s | z_t, x) in the DDIM form that NDM generalises (an ancestral step is that mean plus
+sqrt(post_var) noise: the samplers write it themselves), the Gaussian KL of two equal-variance Gaussians, the
+discretized data likelihood of the last step, a small time-conditioned MLP, and rigid superposition (Kabsch, RMSD,
+uniform random rotations) for fadiff's point chains.
 
 Notation (Kingma et al. 2021, "Variational Diffusion Models"; Ho et al. 2020): times t_i = i / T, i = 0..T;
 log-SNR gamma_i = gamma_min + (gamma_max - gamma_min) t_i is the noise level (linear in t, VDM's fixed schedule),

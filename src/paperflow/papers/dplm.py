@@ -21,22 +21,29 @@ Variants (one small bidirectional/causal transformer of equal size for all: pape
              acid, 10% kept; cross-entropy on the selected positions;
   ar         autoregressive LM (begin token, causal attention, next-token cross-entropy).
 Generation (unconditional, the family's aligned length L): the masked models (dplm, dplm_flat, mlm) all use the same
-ancestral absorbing-diffusion sampler: start from all-mask, unmask positions in a random order, ceil(remaining /
-steps left) per step, each unmasked token sampled at temperature 1 from the model's prediction over the 21 states
-(20 amino acids + gap); the ar model samples left to right at temperature 1. Paper vs ours: DPLM generates with the
+ancestral absorbing-diffusion sampler: start from all-mask, unmask positions in a random order, ceil(remaining / steps
+left) per step, each unmasked token sampled at temperature 1 from the model's prediction over the 21 states (20 amino
+acids + gap); the ar model samples left to right at temperature 1. With gen_steps < L the positions unmasked in one step
+are drawn independently given the same context (default 84 / 42: two per step), an approximation of the learned joint
+that the AR sampler does not make (the authors' script runs max_iter 500 >= L steps; a reviewer check, 2026-12-06, seeds
+0-1 at default size, found gen_bits at 42 and 84 steps equal within 0.012). Paper vs ours: DPLM generates with the
 reparameterised (RDM) sampler that unmasks the most confident tokens first; a confidence-ordered sampler is mode-seeking
 and would favour the masked models over the AR model by the sampler, not by training, so every masked model here uses
-the same random-order sampler (a proper sampler of the absorbing process) and the AR model its own exact one.
-Headline metric (independent of every LM): the mean per-residue log-odds (bits) of the de-gapped generations under the
-family's Pfam profile HMM shipped with hmmer-examples (HMMER3 Forward, glocal; paperflow.protein.hmm_bits). For fn3 and
-Pkinase the shipped .hmm was built by Pfam from an older seed release (fn3 PF00041.13, 106 sequences; Pkinase
-PF00069.17, 54) than the alignment we train on (PF00041.20, PF00069.24), so it is a held-out family model that none of
-the LMs shares parameters or training code with; the baselines' own scorers (an LM's pseudo-perplexity) would favour
-generations that look like their own model, so they are not used for the headline. The LMs' pseudo-perplexity of the
-held-out real sequences is a secondary row (dplm vs mlm, both masked models). Mechanism (logged per run): gen_nn_identity,
-the mean over generations of the highest identity to any training sequence (paperflow.protein.nn_identity); a high
-HMM score from copies of training sequences would not be generation. Gate: dplm's below 0.8 (the seed's own sequences
-are at about 0.3 to each other).
+the same random-order sampler (a proper sampler of the absorbing process) and the AR model its own exact one. Headline
+metric (independent of every LM): the mean per-residue log-odds (bits) of the de-gapped generations under the family's
+Pfam profile HMM shipped with hmmer-examples (HMMER3 Forward, glocal; paperflow.protein.hmm_bits). For fn3 and Pkinase
+the shipped .hmm was built by Pfam from an older seed release (fn3 PF00041.13, 106 sequences; Pkinase PF00069.17, 54)
+than the alignment we train on (PF00041.20, PF00069.24), so it is a family model that none of the LMs shares parameters
+or training code with; it is not independent of their training data (the older seed most likely shares many sequences
+with the newer one), so generations that copied training sequences would score high: hence the nearest-neighbour gate
+below. The baselines' own scorers (an LM's pseudo-perplexity) would favour generations that look like their own model,
+so they are not used for the headline. The LMs' pseudo-perplexity of the validation sequences is a secondary row (dplm
+vs mlm, both masked models); these are the sequences each variant's lr was tuned on (by its own training loss), so that
+row is a validation number, not a test one. The AR model's logged val_ppl is its next-token perplexity over the whole
+vocabulary, not a pseudo-perplexity: no row compares it. Mechanism (logged per run): gen_nn_identity, the mean over
+generations of the highest identity to any training sequence (paperflow.protein.nn_identity); a high HMM score from
+copies of training sequences would not be generation. Gate: dplm's below 0.8 (the seed's own sequences are at about 0.3
+to each other).
 Data: one Pfam seed alignment of the protein_families resource (default fn3: 98 sequences x 84 match columns; gap a
 token), split with data_seed into n_val validation sequences (tuning and pseudo-perplexity) and the rest for training.
 Tuning (fixed before any run): each variant picks its Adam lr from lr_grid at tune_seed after tune_steps by its own
@@ -274,6 +281,8 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
     hmm = {k: (v.numpy() if torch.is_tensor(v) else v) for k, v in data["hmm"].items()}
     ungapped = [P.ungap(s) for s in seqs]
     keep = [u for u in ungapped if len(u) > 0]
+    # all-gap generations have no residue to score and are left out of the mean; -10 bits/residue (far below any real
+    # or shuffled sequence) only when every generation is empty
     bits = P.hmm_bits(hmm, keep) if keep else np.array([-10.0])
     same = (seqs[:, None, :] == seqs[None, :, :]) & (seqs[:, None, :] < P.N_AA)
     either = (seqs[:, None, :] < P.N_AA) | (seqs[None, :, :] < P.N_AA)

@@ -26,6 +26,19 @@ Mechanism (measured on the data every run trains on, logged per run): target_ran
 between the MSA-induced distribution q_i(s) and the wildtype one-hot target over the training (sequence, position)
 pairs; 1 would mean the EvoRank target ranks the states as the wildtype target does (no new information). Gate: below
 0.9, fixed before any run; wt_not_top (the fraction of positions whose wildtype residue is not q's mode) is reported.
+Caveat on this statistic: a one-hot has 20 tied entries, so its Spearman with q is 1 only when q has a single observed
+state (the other 20 tied at the pseudocount) and falls with the number of observed states whether or not the wildtype
+is q's mode: wildtype on top with one other observed state 0.73, with two 0.61, with 20 distinct others 0.37; wildtype
+second of two observed states 0.65. It measures how many states the MSA column admits more than whether the ranking
+differs; wt_not_top is the direct measure of the latter.
+What the design can show (reviewer's note, 2026-12-06): the training sequences are samples of the Potts model whose
+energy differences are the ground truth, and for a Potts model log P(x_i = a | x_-i) - log P(x_i = wt_i | x_-i) is
+exactly E(mutant) - E(wt); so the Bayes-optimal wt_ce predictor (masked cross-entropy on these samples), read at a
+single masked position as the masked marginals do, is the ground truth itself (Spearman 1; training masks ~15% of the
+positions, so this holds in the limit of a model that generalises across mask patterns, as masked-marginal scoring
+assumes), while EvoRank's target (the neighbours' column profile) is not that conditional. The MSA gives EvoRank no information the wildtype objective lacks here (q is computed from the same
+training sequences); any gain can only come from a lower-variance target at a finite budget (what msa_soft measures).
+In the paper the MSA is information beyond the wildtype training set.
 Precondition: the effects are not site-independent (coupling_share: mean over the test wildtypes of the Spearman of the
 effects with their field-only part h_i(a) - h_i(wt_i), below 0.95), else a column profile would be the whole truth.
 Tuning (fixed before any run): each variant picks its Adam lr from lr_grid at tune_seed after tune_steps by its own

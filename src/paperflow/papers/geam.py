@@ -15,6 +15,8 @@ Method (names as in the code).
   s (detached): noisy fragment  z_j = w_j f_j + (1 - w_j) mu + eps (1 - w_j) s,  eps ~ N(0, I);  graph = mean_j z_j;
   prediction = sigmoid(MLP(graph));  loss = MSE(prediction, Y) + beta KL with
   KL = mean_graphs[ 0.5 sum_j mean_d ((1 - w_j) s)^2 / s^2  +  sum_j ((z_mean_j - mu) / s)^2 ]  (the code's KL_tensor).
+  s here is the population std of the molecule's fragment features; the code's torch_scatter.scatter_std is the
+  unbiased one (n - 1), so our noise scale and KL differ by a factor sqrt(n / (n - 1)) for a molecule of n fragments.
   Fragment score (get_frags.py, update_vocab):  score(F) = mean over occurrences of F of (Y(G) w_F(G)) / sqrt(|F|)
   (|F| atoms of the fragment SMILES, dummies included). Initial vocabulary V0 = the cfg.vocab_size best-scored fragments
   of the training molecules.
@@ -28,7 +30,9 @@ Where we depart (and why):
   - Assembly: the code's SAC actor (a GCN choosing an attachment point, a fragment and its attachment point, trained on the
     oracle's reward) would cost far more than our per-job budget; here each fragment is drawn with probability proportional
     to its vocabulary score, attached at a random open attachment point, up to cfg.max_frags fragments, remaining attachment
-    points capped with hydrogen. Every variant that assembles uses the same sampler.
+    points capped with hydrogen. Every variant that assembles uses the same sampler. SAC is GEAM's only module trained
+    on the oracle's reward; without it the assembly is goal-aware only through the vocabulary scores, and geam spends
+    about half of each round on it (ga_frac ~0.43) where fragment_ga spends almost everything on GA offspring.
   - GA: the code's graph GA (ring and non-ring crossover, 7 reaction-SMARTS mutations) -> our non-ring crossover (cut each
     parent at a random acyclic single bond, join a piece of each) and 6 atom-level mutations written as graph edits (append,
     insert, delete and change an atom, change a bond order, open a ring bond); validity as the code's mol_ok/ring_ok
@@ -37,7 +41,8 @@ Where we depart (and why):
     logP^ = clip(logP, 0, 5)/5 standing in for the normalised docking score DS^ (a property that pulls against QED and SA).
     SA: RDKit Contrib's sascorer (it ships in the rdkit wheel).
   - FGIB is trained once per data set (prepare, data_seed), not per generation seed, as the code trains one checkpoint
-    per target.
+    per target. It sees only the molecules BRICS cuts into >= 2 fragments (931 of the 1,924 at the default profile;
+    cfg.n_val of them held out for fgib_val_mse); data_top10 and the novelty reference use all of them.
 Variants (same oracle budget cfg.budget of distinct molecules, same rounds, same initial vocabulary information):
   geam         assembly + GA modification + dynamic vocabulary update (the method)
   geam_static  the same without the vocabulary update (the paper's "GEAM-static" ablation): isolates the update
@@ -47,7 +52,11 @@ Variants (same oracle budget cfg.budget of distinct molecules, same rounds, same
 Tuning (paperflow.tuning rule, prepare, cfg.tune_seed never used for evaluation): every variant's mutation_rate from the
 same cfg.mutation_grid by the top-10 objective of one run at the tuning seed, ties to the smaller rate; grid_edge with
 FLAT_RTOL, except that a chosen rate of 0 or 1 is not an edge (the rate's own bounds: nothing lies beyond them; the default
-grid spans [0, 1], after a probe on the tuning seed chose 0.1 (geam, geam_static) and 1.0 (fragment_ga) of 0.1/0.4/1.0). Evaluation seeds (0..seeds-1) draw different generation runs; the training molecules are the reference set of
+grid spans [0, 1], after a probe on the tuning seed chose 0.1 (geam, geam_static) and 1.0 (fragment_ga) of 0.1/0.4/1.0).
+With the interior values 0.1 and 0.3 and the bounds 0 and 1 exempt, this grid's edge gates cannot fail. Each variant is
+tuned on its own, so geam and geam_static may run at different mutation rates (the first default run: geam 0.0, i.e.
+no atom-level mutation at all, geam_static 0.1, fragment_ga 0.1); the rows against geam_static then differ in the
+mutation rate as well as in the vocabulary update. The authors' run.py default is 0.1. Evaluation seeds (0..seeds-1) draw different generation runs; the training molecules are the reference set of
 novelty.
 Contract v3. Headline: geam's top-10 objective above fragment_ga's at the same oracle budget (paired over seeds).
 Mechanism gate (logged): the vocabulary update changed the vocabulary, vocab_new_frac (fraction of the final vocabulary

@@ -45,7 +45,7 @@ taken from the authors' code):
 - Variants (equal steps, equal batches, equal tuning budget):
     proj     the paper's method: only the input projections (image, audio) and output projections (image, audio)
              train; encoders, backbone, embeddings, decoders frozen (`trainable_frac` logs the fraction: 1.0% at 2
-             backbone layers and enc_dim 32, measured: 74,944 of 7.3M);
+             backbone layers and enc_dim 32, measured: 74,944 of 7,195,936);
     e2e      end to end: every parameter on the path from input to output trains: the two input encoders
              (initialised from the PCA maps), the projections, every backbone layer and the final norm, the task's
              embedding rows (tied caption head). The frozen decoders and their conditioning spaces (the l2 targets)
@@ -61,7 +61,9 @@ taken from the authors' code):
   txt2img = each test image's frozen code is nearest (cosine) to the predicted code of its own class name; switch =
   the instruction [BOS, X_image, X_audio, " picture" | " audio"] is captioned with the class of the input the last
   word names (image j paired with clip j, independent classes; both words). retr_acc = the mean of the five (chance
-  10%). Headline: proj's retr_acc within MARGIN (relative) of e2e's.
+  10%). Headline: proj's retr_acc within MARGIN (relative) of e2e's. MARGIN = 5% is our reading of the catalog's
+  "reach most of the end-to-end quality": the paper reports no comparison with end-to-end training (its "1%" is a
+  parameter count), so no margin can be taken from it; the ratio proj / e2e is the number to read beside the verdict.
 - Tuning: one lr grid for every variant, each (variant, lr) trained once in prepare() with cfg.tune_seed on the
   train pool, scored by retr_acc on a validation split (images from the train pool, clips generated with their own
   seed); the best (ties: smaller lr) is used by every seed. Test images (official test set) and test clips are drawn
@@ -72,8 +74,15 @@ taken from the authors' code):
 Mechanism gate (the issue's "the same projections without it score lower"): every evaluation of proj / e2e also
 scores the SAME trained model with its backbone bypassed (the shallow map put in its place at evaluation, nothing
 retrained): backbone_drop = retr_acc - bypass_retr_acc must exceed DROP_MIN = 10 points for proj, i.e. the 1% model's
-retrieval passes through the frozen LM rather than around it. Whether the backbone adds anything over a linear glue is
-the separately trained `shallow` variant: the secondary row proj vs shallow (and the control on `switch`).
+retrieval passes through the frozen LM rather than around it. The bypass feeds the output projections and the caption
+head a space they were never trained on, so any model trained through the backbone falls to about chance there (first
+default run: bypass_retr_acc proj 8.1, e2e 9.8; chance 10): the gate shows the signal is routed through the backbone,
+not that the backbone helps. Whether the backbone adds anything over a linear glue is the separately trained
+`shallow` variant: the secondary row proj vs shallow (and the control on `switch`).
+
+Steps: cfg.steps x cfg.batch_size = 800 examples per instruction type, about a quarter of one pass over the
+3,000-item pool, for every variant alike: the headline compares what each arm learns in that budget, not converged
+alignment (the paper trains the projections on CC3M / AudioCaps to convergence).
 
 Budget and seeds (measured on the loaded 2-core machine, CPU seconds of one thread): one default train job proj ~5.5 s,
 e2e ~13 s (fused Adam: 10 ms instead of 44 ms per step on the backbone's 7M parameters), shallow 0.3 s; one test
