@@ -48,7 +48,7 @@ def test_copied_sets_with_a_shared_first_layer_equal_one_set():
     cfg = ME.Config(base_dim=3)
     vocab = [5, 7, 4]
     p1 = ME.init_params(vocab, "single", 1, cfg, 0)
-    p4 = ME.init_params(vocab, "shared", 4, cfg, 1)
+    assert ME.init_params(vocab, "shared", 4, cfg, 1)["w1"].shape == p1["w1"].shape  # shared: one first layer
     p4 = {**p1, "emb": p1["emb"].repeat(4, 1, 1)}  # four identical sets through one first layer, averaged
     x = torch.tensor([[0, 5, 12], [4, 11, 15]])
     assert torch.allclose(ME.forward(p1, x, 2), ME.forward(p4, x, 2), atol=1e-6)
