@@ -39,6 +39,7 @@ SOCKET = Path(".paperflow") / "jobs.sock"  # relative: AF_UNIX paths are limited
 STATE = Path(".paperflow") / "jobserver.json"
 LOG = Path("logs") / "jobserver.log"
 OFF = ("off", "0", "false", "no")
+MIN_JOBS = 4  # fewer stage jobs than this run in their own interpreters (the Snakefile's onstart)
 
 
 def source_fingerprint(package: Path | None = None) -> tuple[int, int]:
@@ -260,6 +261,11 @@ def serve(sock_path: Path, watch: Path | None = None, preload_lm: list[str] | No
 
 def wanted() -> bool:
     return os.environ.get("PAPERFLOW_JOBSERVER", "on").lower() not in OFF
+
+
+def forced() -> bool:
+    """PAPERFLOW_JOBSERVER=always: start the server even for a run of fewer than MIN_JOBS stage jobs."""
+    return os.environ.get("PAPERFLOW_JOBSERVER", "on").lower() == "always"
 
 
 def _alive(pid: int) -> bool:

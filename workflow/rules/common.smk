@@ -251,10 +251,22 @@ def init_tracking():
     if plugin is not None and plugin.common_settings.non_local_exec:
         # cluster jobs run on their own nodes and never use it (paperflow/job.py): starting it cost ~10 s and 600 MB
         return
-    # LM papers in this run: the job server loads SmolLM2 once and every job shares it (~2.7 s per job saved)
-    lm = [resource_path("smollm2")] if any("smollm2" in PLAN["papers"][p]["resources"] for p in PAPERS) else []
+    n_jobs, papers = stage_jobs_to_run()
+    if n_jobs < jobserver.MIN_JOBS and not jobserver.forced():
+        # a rerun of a job or two: each job's own start-up (~1.5 s) costs less than the server's (5-10 s, torch and
+        # every paper imported), which the rerun would wait for
+        return
+    # LM papers among the jobs to run: the job server loads SmolLM2 once and every job shares it (~2.7 s per job saved)
+    lm = [resource_path("smollm2")] if any("smollm2" in PLAN["papers"][p]["resources"] for p in papers) else []
     if jobserver.start_for_workflow(Path.cwd(), preload_lm=lm):
         print("paperflow: job server up (log logs/jobserver.log; PAPERFLOW_JOBSERVER=off to disable)", file=sys.stderr)
+
+
+def stage_jobs_to_run():
+    """(count, papers) of this invocation's jobs that run a paperflow stage (prepare, run, collect), from the DAG
+    Snakemake built before onstart."""
+    jobs = [j for j in workflow.dag.needrun_jobs() if j.rule.name in ("prepare", "run", "collect")]
+    return len(jobs), {j.wildcards.get("paper") for j in jobs} & set(PAPERS)
 
 
 def stop_tracking():
