@@ -1,5 +1,5 @@
 """EvoRank (src/paperflow/papers/evorank.py): the ranking loss by hand, the MSA-induced profiles, the scored
-substitutions, the mechanism statistic, and a tiny end-to-end run on a Potts model fitted to the real family."""
+substitutions, the mechanism statistic, the column-profile control, and a tiny end-to-end run on a Potts model fitted to the real family."""
 from __future__ import annotations
 
 import math
@@ -80,6 +80,29 @@ def test_target_rank_statistic_counts_observed_states_more_than_the_wildtypes_ra
                         105 / math.sqrt(770 * 105), rel_tol=1e-6)  # cov / (sd sd) of the centred ranks, by hand
 
 
+def test_column_profile_scores_by_hand_and_as_a_model():
+    """The profile control: log(column frequency + 1e-3) differences, by hand on a 3-row MSA, and the same numbers
+    through masked_marginals when the profile acts as a model (ColumnProfile, no parameters)."""
+    msa = torch.tensor([[0, 1], [0, 2], [3, 2]])
+    prof = E.column_profile(msa)
+    wt = torch.tensor([0, 2])
+    s = E.profile_scores(prof, wt)
+    assert math.isclose(float(s[0, 3]), math.log(1 / 3 + 1e-3) - math.log(2 / 3 + 1e-3), rel_tol=1e-6)
+    assert math.isclose(float(s[1, 1]), math.log(1 / 3 + 1e-3) - math.log(2 / 3 + 1e-3), rel_tol=1e-6)
+    assert math.isclose(float(s[1, 5]), math.log(1e-3) - math.log(2 / 3 + 1e-3), rel_tol=1e-6)
+    model = E.ColumnProfile(prof)
+    assert torch.allclose(P.masked_marginals(model, wt), s, atol=1e-5)
+    assert sum(p.numel() for p in model.parameters()) == 0
+
+
+def test_mechanism_gate_reads_wt_not_top():
+    """Amendment 1: the headline's mechanism gate is wt_not_top > 0.1 (a training-data statistic)."""
+    head = [c for c in E.comparisons(E.Config()) if c.role == "headline"][0]
+    (gate,) = head.mechanism_gates
+    assert gate.metric == "wt_not_top" and gate.above == 0.1 and gate.below is None
+    assert any(c.baseline == "profile" and c.role == "control" for c in E.comparisons(E.Config()))
+
+
 def test_mask_positions_has_one_per_row():
     m = E.mask_positions(500, 10, 0.0001, torch.Generator().manual_seed(0))
     assert torch.all(m.sum(1) >= 1)
@@ -94,3 +117,7 @@ def test_tiny_end_to_end_run():
     m = E.evaluate(cfg, model, data)
     assert -1 <= m["spearman"] <= 1 and m["target_rank_corr"] < 1
     assert -1 <= E.evaluate(cfg, E.compress(cfg, model, data, "evorank", 0)["0.50"], data)["spearman"] <= 1
+    prof = E.train(cfg, data, "profile", 0, None)  # no model, no tuning
+    mp = E.evaluate(cfg, prof, data)
+    assert mp["spearman"] == mp["profile_spearman"] == m["profile_spearman"] and mp["n_params"] == 0
+    assert E.evaluate(cfg, E.compress(cfg, prof, data, "profile", 0)["0.50"], data) == mp

@@ -142,3 +142,27 @@ def test_generate_same_budget_and_only_geam_updates():
         assert g["vocab_final_size"] <= cfg.max_vocab_size
         if variant != "geam":
             assert g["vocab_new_frac"] == 0.0 and g["vocab_final_size"] == len(v0)
+
+
+def test_tune_all_averages_tuning_seeds_and_static_takes_geams_rate(monkeypatch):
+    """Each rate is scored by the mean top-10 over cfg.tune_seeds runs (seeds tune_seed, tune_seed + 1, ...), the same rule
+    for geam and fragment_ga; geam_static is not tuned and takes geam's rate. A fake generator makes the single-seed pick
+    (rate 0.0 at seed 1000) differ from the averaged pick (rate 0.1)."""
+    calls = []
+    table = {(1000, 0.0): 0.9, (1001, 0.0): 0.1, (1002, 0.0): 0.1,  # mean 0.367
+             (1000, 0.1): 0.5, (1001, 0.1): 0.5, (1002, 0.1): 0.5,  # mean 0.5: the pick
+             (1000, 1.0): 0.2, (1001, 1.0): 0.2, (1002, 1.0): 0.2}
+
+    def fake_generate(cfg, data, variant, seed, rate, net):
+        calls.append((variant, seed, rate))
+        return {"y": [table[(seed, rate)] + (0.0 if variant == "geam" else -0.01)] * 10}
+
+    monkeypatch.setattr(geam, "generate", fake_generate)
+    cfg = geam.Config(mutation_grid=(0.0, 0.1, 1.0), tune_seeds=3, tune_seed=1000)
+    out = geam.tune_all(cfg, {}, None)
+    assert {v for v, _, _ in calls} == {"geam", "fragment_ga"} and len(calls) == 2 * 3 * 3
+    assert {s for _, s, _ in calls} == {1000, 1001, 1002}
+    for v in ("geam", "fragment_ga"):
+        assert out[v]["tuned_mutation_rate"] == 0.1 and out[v]["grid_edge"] == 0.0
+        assert out[v]["val_score@0"] == pytest.approx(float(np.mean([0.9, 0.1, 0.1])) - (0.0 if v == "geam" else 0.01))
+    assert out["geam_static"] == out["geam"]

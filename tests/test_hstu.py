@@ -1,8 +1,10 @@
 """HSTU (ICML 2024): the authors' log time buckets by hand, the relative position bias against the code's pad/repeat
 construction, the HSTU layer against a brute-force loop over (query, key) pairs, causality, the bincount gradient of the
-bucket lookup, HR/NDCG on a hand example, and prepare -> train -> compress -> evaluate on a small fake MovieLens."""
+bucket lookup, HR/NDCG on a hand example, the popularity ranker on a hand example, fit keeping its best validation epoch,
+and prepare -> train -> compress -> evaluate on a small fake MovieLens."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -124,6 +126,33 @@ def test_rank_metrics_hand_example():
     assert m["ndcg2"] == pytest.approx((1 / math.log2(3) + 1.0 + 0.0) / 3)
 
 
+def test_popularity_ranker_hand_example():
+    cfg = H.Config()
+    train_seqs = [np.array([1, 2, 2]), np.array([2, 3])]  # counts: item 2: 3, items 1 and 3: 1 (tie), item 4: 0
+    split = {"target": torch.tensor([2, 3, 1, 4])}  # order 2, 1, 3, 4 (the tie goes to the smaller index): ranks 0, 2, 1, 3
+    m = H.popularity_metrics(dataclasses.replace(cfg, k=2), train_seqs, 4, split)
+    assert m["hr2"] == pytest.approx(2 / 4)
+    assert m["ndcg2"] == pytest.approx((1.0 + 1 / math.log2(3)) / 4)
+
+
+def test_fit_keeps_the_best_validation_epoch(tmp_path, monkeypatch):
+    cfg = H.Config(max_len=8, dim=8, epochs=5, eval_every=2, batch_size=16, n_neg=8, lr_grid=(0.01,), timing_lengths=(8,),
+                   timing_rounds=1, timing_repeats=1, min_item_ratings=1)
+    data = H.prepare(cfg, Resources(root=str(tmp_path), paths={"movielens": str(_fake_movielens(tmp_path / "ml.npz"))}))
+    scripted, snapshots = iter([0.1, 0.3, 0.3]), []  # validation after epochs 2, 4 and 5 (the last): best epoch 4 (tie -> earlier)
+
+    def fake_score(cfg_, model, split):
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return {f"ndcg{cfg.k}": next(scripted)}
+
+    monkeypatch.setattr(H, "score_split", fake_score)
+    model, best = H.fit(cfg, data, "hstu", 0.01, 0)
+    assert best == {"val_best": 0.3, "epoch_best": 4} and len(snapshots) == 3
+    assert all(torch.equal(v, snapshots[1][k]) for k, v in model.state_dict().items())
+    assert not all(torch.equal(v, snapshots[2][k]) for k, v in model.state_dict().items())
+    assert not model.training
+
+
 def test_pack_leave_last_out():
     seqs, times = [np.array([5, 6, 7, 8])], [np.array([1, 2, 3, 4])]
     tr = H.pack([s[:-2] for s in seqs], [t[:-2] for t in times], 4, with_target=False)
@@ -155,8 +184,11 @@ def test_stages_end_to_end_on_a_small_fake_movielens(tmp_path):
     for variant in H.VARIANTS:
         model = H.train(cfg, data, variant, 0, None)
         m = H.evaluate(cfg, model, data)
-        for key in ("ndcg10", "hr10", "time_rel_L8", "n_params", "grid_edge", "tuned_lr", "rab_share", "rab_use"):
+        for key in ("ndcg10", "hr10", "time_rel_L8", "n_params", "grid_edge", "tuned_lr", "rab_share", "rab_use",
+                    "epoch_best", "epoch_grid_edge", "pop_ndcg10", "val_pop_ndcg10", "ndcg_over_pop"):
             assert key in m and np.isfinite(m[key]), key
+        assert m["epoch_best"] == 1 and m["epoch_grid_edge"] == 1.0  # one epoch: the cap is the only choice
+        assert m["ndcg_over_pop"] == pytest.approx(m["ndcg10"] - m["pop_ndcg10"])
         comp = H.compress(cfg, model, data, variant, 0)
         assert set(comp) == {"0.50", "0.80"}
         assert np.isfinite(H.evaluate(cfg, comp["0.80"], data)["ndcg10"])

@@ -90,11 +90,19 @@ def test_stages_end_to_end_on_small_fake_tables(tmp_path, monkeypatch):
     for variant in ME.VARIANTS:
         model = ME.train(cfg, data, variant, 0, None)
         m = out[variant] = ME.evaluate(cfg, model, data)
-        for key in ("auc_x1", "auc_x2", "auc_gain", "nia_drop", "nia_max", "auc_max", "n_params", "grid_edge"):
+        for key in ("auc_x1", "auc_x2", "auc_gain", "nia_drop", "nia_max", "auc_max", "n_params", "grid_edge",
+                    "val_auc_x1", "val_auc_x2", "val_gain", "headroom"):
             assert key in m and np.isfinite(m[key]), key
+        assert m["val_gain"] == pytest.approx(m["val_auc_x2"] - m["val_auc_x1"])
         comp = ME.compress(cfg, model, data, variant, 0)
         assert set(comp) == {"0.50", "0.80"} and np.isfinite(ME.evaluate(cfg, comp["0.50"], data)["auc_max"])
+        assert "val_gain" not in ME.evaluate(cfg, comp["0.50"], data)  # validation AUCs belong to the dense model
     assert out["single"]["auc_x1"] == out["multi"]["auc_x1"] == out["multi_shared"]["auc_x1"]  # one network at size 1
+    tu = data["tuning"]  # headroom: the best design's tuning-seed validation gain, per data set
+    ml, tic = ("single", "multi", "multi_shared"), ("single_tic", "multi_tic")
+    for group in (ml, tic):
+        assert all(tu[v]["headroom"] == max(tu[w]["val_gain"] for w in group) for v in group)
+    assert out["multi_shared"]["headroom"] == tu["multi"]["headroom"]
     assert contract_problems(ME.SPEC, ME.Config()) == []
 
 

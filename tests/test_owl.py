@@ -62,6 +62,24 @@ def test_row_prune_mask_exact_count_per_row(sparsity):
             assert row[~keep].max() <= row[keep].min()
 
 
+@pytest.mark.parametrize("sparsity", [0.0, 0.3, 0.5, 0.7, 0.99])
+def test_fast_masks_equal_the_shared_ones_bit_for_bit(sparsity):
+    """owl's fast_keep_mask_lowest (np.partition, tie-break only where needed) = compress.magnitude.keep_mask_lowest,
+    with unique scores, with many ties (a 4-level grid, like the Q4_1 weights) and for both mask kinds of owl."""
+    from paperflow.compress.magnitude import keep_mask_lowest, layer_magnitude_mask
+
+    g = torch.Generator().manual_seed(1)
+    unique = torch.rand(37, 53, generator=g)
+    ties = torch.randint(0, 4, (37, 53), generator=g).float() / 4
+    for scores in (unique, ties, unique.double()):
+        for n_prune in {0, 1, int(53 * sparsity), 52, 53}:
+            assert torch.equal(owl.fast_keep_mask_lowest(scores, n_prune), keep_mask_lowest(scores, n_prune))
+    weight = torch.randint(-8, 8, (24, 40), generator=g).float() * 0.01  # ties in |w|
+    scaler = torch.rand(40, generator=g)
+    assert torch.equal(owl.magnitude_mask(weight, sparsity), layer_magnitude_mask(weight, sparsity))
+    assert torch.equal(owl.wanda_mask(weight, scaler, sparsity), wanda_mask(weight, scaler, sparsity))
+
+
 # ---------------------------------------------------------------------------------------------- OWL
 def test_outlier_ratio_pools_the_block():
     # pooled mean = (7 * 1 + 13) / 8 = 2.5, threshold 5 * 2.5 = 12.5: one of 8 scores -> 12.5 %.

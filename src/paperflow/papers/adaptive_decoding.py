@@ -321,24 +321,29 @@ def fit_lsa(texts: list[str], dim: int, vocab: int, chunk: int) -> dict:
     check(len(words) > dim and len(docs) > dim, f"LSA needs more text: {len(words)} words, {len(docs)} documents "
                                                 f"for lsa_dim = {dim}")
     idf = np.array([math.log((1 + len(docs)) / (1 + df[x])) + 1 for x in words])
-    basis = randomized_svd(_tfidf([" ".join(d) for d in docs], {x: i for i, x in enumerate(words)}, idf, sp),
-                           dim, n_iter=4, random_state=0)[2]
+    # the documents' word lists as they are (re-joining and re-splitting them gives the same words: each matches WORD whole)
+    basis = randomized_svd(_tfidf_words(docs, {x: i for i, x in enumerate(words)}, idf, sp), dim, n_iter=4,
+                           random_state=0)[2]
     return {"words": words, "idf": torch.tensor(idf), "basis": torch.tensor(basis.T.copy())}
 
 
 def _tfidf(texts: list[str], index: dict, idf: np.ndarray, sp):
+    return _tfidf_words([lsa_words(t) for t in texts], index, idf, sp)
+
+
+def _tfidf_words(docs: list[list[str]], index: dict, idf: np.ndarray, sp):
+    from collections import Counter
+
     rows, cols, vals = [], [], []
-    for r, t in enumerate(texts):
-        counts: dict[int, int] = {}
-        for w in lsa_words(t):
-            if w in index:
-                counts[index[w]] = counts.get(index[w], 0) + 1
+    for r, d in enumerate(docs):
+        # term counts in first-occurrence order (Counter keeps it; the order fixes the float sums below)
+        counts = {index[w]: c for w, c in Counter(d).items() if w in index}
         v = np.array([(1 + math.log(c)) * idf[j] for j, c in counts.items()])
         norm = float(np.sqrt((v**2).sum())) if len(v) else 1.0
         rows += [r] * len(counts)
         cols += list(counts)
         vals += list(v / norm)
-    return sp.csr_matrix((vals, (rows, cols)), shape=(len(texts), len(index)))
+    return sp.csr_matrix((vals, (rows, cols)), shape=(len(docs), len(index)))
 
 
 def lsa_embed(lsa: dict, texts: list[str]) -> torch.Tensor:

@@ -37,9 +37,9 @@ than the alignment we train on (PF00041.20, PF00069.24), so it is a family model
 or training code with; it is not independent of their training data (the older seed most likely shares many sequences
 with the newer one), so generations that copied training sequences would score high: hence the nearest-neighbour gate
 below. The baselines' own scorers (an LM's pseudo-perplexity) would favour generations that look like their own model,
-so they are not used for the headline. The LMs' pseudo-perplexity of the validation sequences is a secondary row (dplm
-vs mlm, both masked models); these are the sequences each variant's lr was tuned on (by its own training loss), so that
-row is a validation number, not a test one. The AR model's logged val_ppl is its next-token perplexity over the whole
+so they are not used for the headline. The LMs' pseudo-perplexity of the validation sequences is a control row (dplm
+vs mlm, both masked models; a secondary row before Amendment 1); these are the sequences each variant's lr was tuned on
+(by its own training loss), so that row is a validation number, not a test one. The AR model's logged val_ppl is its next-token perplexity over the whole
 vocabulary, not a pseudo-perplexity: no row compares it. Mechanism (logged per run): gen_nn_identity, the mean over
 generations of the highest identity to any training sequence (paperflow.protein.nn_identity); a high HMM score from
 copies of training sequences would not be generation. Gate: dplm's below 0.8 (the seed's own sequences are at about 0.3
@@ -60,6 +60,17 @@ one step (every variant had chosen the top edge of (3e-4, 1e-3, 3e-3) at the tun
 configs' 500 (read in the authors' code afterwards), and steps / tune_steps shrank for the budget. Because test numbers
 had been seen, the generation draws moved to test_seed 2 (never run before registration); the profile-HMM scorer cannot
 be re-drawn.
+Amendment 1 (2026-12-06, after the first default run and a review): (a) seeds 5 -> 10. The review found the headline
+under-powered by design: dplm - mlm gen_bits +0.038 [-0.060, 0.136] with 5 seeds (mde 0.13), the seed-to-seed spread
+(dplm 0.50-0.60, mlm 0.45-0.58) dominating the generation noise, while a job costs ~3 s; 10 seeds shrink the t factor
+from 2.78/sqrt(5) to 2.26/sqrt(10) (half-width ~0.10 -> ~0.06 at the same spread). n_gen, gen_steps and every other
+setting are unchanged. (b) The val_ppl row (dplm vs mlm pseudo-perplexity) is demoted from secondary to control: it is
+read on the validation sequences every variant's lr was tuned on, so it is a validation measure and no longer counts
+among the paper's results. (c) The generation draws are re-drawn (test_seed 2 -> 3) because the first default run's
+test readings were seen: gen_bits dplm 0.544, mlm 0.506, ar 0.622, dplm_flat 0.574 (headline inconclusive; dplm below
+ar -0.078 [-0.130, -0.025] and below dplm_flat -0.029 [-0.053, -0.005]), val_ppl dplm 10.73 vs mlm 11.20, and the
+pruned-model rows. Also seen before this amendment: the reviewer's sampler check (seeds 0-1, gen_steps 42 vs 84, draws
+from a scratch generator, not a test_seed) and the mechanism value gen_nn_identity 0.28. No gate or threshold changed.
 """
 from __future__ import annotations
 
@@ -88,7 +99,7 @@ class Config:
     max_gap: float = 0.5  # match column: gap fraction below this
     n_val: int = 18  # real sequences held out (tuning, pseudo-perplexity)
     data_seed: int = 0
-    test_seed: int = 2  # generation draws only (never read by tuning)
+    test_seed: int = 3  # generation draws only (never read by tuning); 2 before Amendment 1 (its readings were seen)
     d_model: int = 32
     n_layer: int = 2
     n_head: int = 4
@@ -327,8 +338,9 @@ def comparisons(cfg: Config) -> list[Comparison]:
                            text="DPLM's generations score higher under the profile HMM than an equal-size autoregressive LM's"))
     rows.append(Comparison("gen_bits", "dplm", "dplm_flat", better="higher", role="secondary", gates=(hmm_ok, edge("dplm"), edge("dplm_flat")),
                            text="ablation: the (T-t+1)/T loss weighting beats the same diffusion training with weight 1"))
-    rows.append(Comparison("val_ppl", "dplm", "mlm", better="lower", role="secondary", gates=(edge("dplm"), edge("mlm")),
-                           text="DPLM has a lower pseudo-perplexity of held-out real family sequences than the masked LM"))
+    rows.append(Comparison("val_ppl", "dplm", "mlm", better="lower", role="control", gates=(edge("dplm"), edge("mlm")),
+                           text="diagnostic (a validation measure: the sequences every lr was tuned on): DPLM has a lower "
+                                "pseudo-perplexity of the validation family sequences than the masked LM"))
     rows.append(Comparison("gen_nn_identity", "dplm", "mlm", better="lower", role="control",
                            text="diagnostic: DPLM's generations are no closer to training sequences than the masked LM's"))
     rows.append(Comparison("gen_bits", "dplm", "mlm", better="higher", stage="compressed", level=level_name(cfg.compare_level),
@@ -345,7 +357,7 @@ SPEC = register_paper(PaperSpec(
     prepare=prepare, train=train, compress=compress, evaluate=evaluate, comparisons=comparisons,
     fidelity="official-code", resources=("protein_families",),
     data="Pfam seed alignment fn3 (PF00041.20, 98 sequences, 84 match columns) from Debian hmmer-examples; 18 sequences "
-         "held out (tuning, pseudo-perplexity); generations scored by the older-release Pfam fn3 profile HMM (PF00041.13) "
+         "held out (tuning, validation pseudo-perplexity); generations scored by the older-release Pfam fn3 profile HMM (PF00041.13) "
          "shipped in the same package",
     substitutions="UniRef50 pre-training of 150M-3B models -> ~80 aligned sequences of one family and a ~30k-parameter "
                   "transformer; ESMFold pLDDT -> profile-HMM log-odds; the RDM confidence-ordered sampler -> the random-order "

@@ -28,7 +28,8 @@ code's enable_relative_attention_bias=False: the only path by which timestamps e
 ablation that DESIGN.md's fair-information rule asks for).
 Where we differ from paper and code: dense padded tensors (the code is jagged, fbgemm); heads = 1 and d = cfg.dim (the
 code's ML-1M config: 2 blocks, 1 head, d = 50); sequences truncated to the cfg.max_len most recent actions (code: 200);
-a fixed number of epochs instead of early stopping; Adam lr chosen on validation (below); throughput on a CPU thread in
+at most cfg.epochs = 32 epochs with the best validation epoch kept (the code trains ~100 epochs on ML-1M); Adam lr chosen
+on validation (below); throughput on a CPU thread in
 eager PyTorch (the paper's 5.3-15.2x is fused GPU kernels against FlashAttention2 at 8192 tokens).
 
 Data: MovieLens "latest-small" (2016) as shipped in Debian's r-cran-dslabs (resource movielens: 100,004 ratings, 671 users,
@@ -38,6 +39,10 @@ the validation target, the rest the training sequence (every next item predicted
 Evaluation ranks the full catalogue for every user (no sampled candidates, as the paper), HR@10 and NDCG@10.
 Equal tuning (paperflow.tuning rule): every variant's Adam lr from cfg.lr_grid on the tuning seed (cfg.tune_seed,
 initialisation and batch order), best validation NDCG@10, ties to the smaller lr; test targets are never read by tuning.
+Epochs (amendment 1), the same rule for every variant, in tuning and in every training run: train up to cfg.epochs,
+score validation NDCG@10 after every cfg.eval_every epochs and after the last, keep the parameters of the best
+validation epoch (ties to the earlier); the chosen epoch is logged (epoch_best) with epoch_grid_edge = 1 when it is the
+cap (more training might have helped that variant).
 (The grid got its fourth value, 0.1, before any default run, after a validation-only tuning probe put hstu and hstu_norab
 on the upper edge of (0.003, 0.01, 0.03).)
 
@@ -46,11 +51,16 @@ time/position bias is used, measured on the trained model: rab_use = 1 - NDCG@10
 position and time-bucket weights set to 0) / NDCG@10 > RAB_MIN = 0.1 (fixed before any default run; the retrained
 ablation below asks the different question whether the bias helps). Also logged: rab_share = E[rab^2] / (E[(QK^T)^2] +
 E[rab^2]) over causal entries between real positions (the bias's share of the attention pre-activation; ~0.7 at
-initialisation, ~0.03 after training in one probe, so a share threshold would have measured the initialisation). Grid-edge gates on
-hstu and sasrec. Secondary (Holm): HR@10; the ablation (HSTU's NDCG@10 above hstu_norab's: the bias, the only path of the
-timestamps, helps); throughput at the longest cfg.timing_lengths (encoder forward time relative to SASRec's, measured
+initialisation, ~0.03 after training in one probe, so a share threshold would have measured the initialisation).
+Precondition (amendment 1): SASRec beats the popularity ranker (the catalogue ranked by training counts, the same for every
+user, ties to the smaller item index): ndcg_over_pop = NDCG@10 - pop_ndcg10 > 0 on sasrec; a baseline that has not
+learned more than item popularity cannot test the claim. Directional grid-edge gates on hstu and sasrec: the tuned lr
+inside its grid and the best validation epoch before the cap (epoch_grid_edge < 0.5). Secondary (Holm): HR@10; the
+ablation (HSTU's NDCG@10 above hstu_norab's: the bias, the only path of the timestamps, helps). Controls: hstu_norab vs
+SASRec, NDCG after magnitude pruning, and the time ratios (encoder forward time relative to SASRec's, measured
 interleaved in one process with random weights: paperflow.measure.interleaved_times; sasrec's own value is an A/A
-measurement). Controls: hstu_norab vs SASRec, time ratios at the other lengths, NDCG after magnitude pruning. Facts:
+measurement): they compare our unfused eager-PyTorch HSTU with SASRec's fused attention kernel
+(F.scaled_dot_product_attention), an implementation comparison, not the paper's fused-kernel claim. Facts:
 parameter counts (HSTU 5 d^2 per layer against SASRec's 6 d^2).
 Compression: global magnitude pruning of every weight matrix (embeddings included) at cfg.sparsities, no retraining.
 
@@ -60,6 +70,21 @@ consecutive actions in each user's last 33, the median is 12 s and 95% are under
 where 54% of users' windows contain no gap over an hour), so the time buckets barely vary within a window; the relative
 position weights repeat what the learned absolute positions already give (sequences are left-aligned). A popularity
 ranker (training counts) scores test NDCG@10 0.012 on this split; at 8 epochs (88 Adam steps) the tuned SASRec scores 0.011.
+
+Amendment 1 (session 4, after review): the registered version trained every variant for a fixed 8 epochs (88 Adam steps),
+far from convergence; the reviewer found SASRec below the popularity ranker (test NDCG@10 0.0110 over 7 seeds against
+0.0122; validation 0.0134 on seed 0 against 0.0135), and the +0.009 headline lead a convergence-speed artefact that
+vanished at 32 epochs. Changed: (a) every variant, in tuning and training alike, picks its epoch on validation up to a
+cap of 32 (Config.epochs, eval_every = 2), logs epoch_best, and a directional gate epoch_grid_edge < 0.5 sits beside each
+lr grid-edge gate; (b) the headline gets the precondition that SASRec beats the popularity ranker (ndcg_over_pop > 0:
+"learns more than popularity" means above it, so 0 is the threshold by definition, not from any number); (c) the rab_use
+mechanism gate stays unchanged (RAB_MIN = 0.1), so an unused bias reads "not testable"; (d) the L512 throughput row is
+a control (unfused eager CPU HSTU against SASRec's fused SDPA kernel), no longer a secondary claim. The cap of 32 is the
+reviewer's proposal, limited by the job-time budget (the authors' ML-1M configs run ~100 epochs); the lr grid is
+unchanged. Test data seen: the split is leave-last-out and cannot be re-drawn; the registered default run's test numbers
+(7 seeds, 8 epochs) and the reviewer's test NDCG@10 for seeds 0-2 at 32 epochs (hstu / sasrec / hstu_norab means 0.0239
+/ 0.0239 / 0.0222) and the popularity ranker's test NDCG@10 (0.0122) were seen before this amendment; no threshold was
+set from them, and the seeds are unchanged.
 """
 from __future__ import annotations
 
@@ -92,7 +117,8 @@ class Config:
     dropout: float = 0.2
     n_neg: int = 128  # sampled-softmax negatives per batch
     temperature: float = 0.05
-    epochs: int = 8
+    epochs: int = 32  # E_max: the cap; every fit keeps the epoch with the best validation NDCG@k (amendment 1)
+    eval_every: int = 2  # validation NDCG@k after every eval_every epochs (and after the last)
     batch_size: int = 64  # users per step
     lr_grid: tuple = (0.003, 0.01, 0.03, 0.1)
     tune_seed: int = 1000  # initialisation and batch order of the tuning runs (not an evaluation seed)
@@ -112,7 +138,8 @@ class Config:
         check(self.min_item_ratings >= 1, "min_item_ratings >= 1")
         check(self.max_len >= 2 and self.dim >= 2 and self.layers >= 1, "max_len >= 2, dim >= 2, layers >= 1")
         check(0 <= self.dropout < 1 and self.n_neg >= 1 and self.temperature > 0, "dropout in [0, 1), n_neg >= 1, temperature > 0")
-        check(self.epochs >= 1 and self.batch_size >= 1 and self.k >= 1, "epochs, batch_size, k >= 1")
+        check(self.epochs >= 1 and self.eval_every >= 1 and self.batch_size >= 1 and self.k >= 1,
+              "epochs, eval_every, batch_size, k >= 1")
         check(len(self.lr_grid) >= 1 and list(self.lr_grid) == sorted(self.lr_grid) and min(self.lr_grid) > 0,
               f"lr_grid must be positive and ascending, got {self.lr_grid}")
         check(len(self.timing_lengths) >= 1 and min(self.timing_lengths) >= 2, "timing_lengths: one or more lengths >= 2")
@@ -310,21 +337,34 @@ def prepare(cfg: Config, res) -> dict:
         "val": pack([s[:-1] for s in items], [t[:-1] for t in times], n, with_target=True),
         "test": pack(items, times, n, with_target=True),
     }
+    data["pop"] = {name: popularity_metrics(cfg, [s[:-2] for s in items], n_items, data[name]) for name in ("val", "test")}
     data["tuning"] = tune_all(cfg, data)
     return data
+
+
+def popularity_metrics(cfg: Config, train_seqs: list[np.ndarray], n_items: int, split: dict) -> dict[str, float]:
+    """The popularity ranker (amendment 1): every user gets the catalogue ranked by the items' counts in the training
+    sequences (ties to the smaller item index, so no tie is counted in the target's favour), HR@k and NDCG@k."""
+    counts = np.bincount(np.concatenate(train_seqs), minlength=n_items + 1).astype(np.float64)
+    scores = torch.from_numpy(counts) - torch.arange(n_items + 1, dtype=torch.float64) / (n_items + 2)
+    return rank_metrics(scores[None].repeat(split["target"].shape[0], 1), split["target"], cfg.k)
 
 
 # ----------------------------------------------------------------------------------------------------
 # Training and ranking
 
 
-def fit(cfg: Config, data: dict, kind: str, lr: float, seed: int, log=None) -> Encoder:
+def fit(cfg: Config, data: dict, kind: str, lr: float, seed: int, log=None) -> tuple[Encoder, dict]:
+    """Adam for up to cfg.epochs epochs; validation NDCG@k after every cfg.eval_every epochs and after the last; returns
+    the model with the parameters of the best validation epoch (ties to the earlier one) and {"epoch_best", "val_best"}.
+    The same rule for every variant, in tuning and in training (amendment 1); test targets are never read."""
     torch.manual_seed(seed)
     model = build_encoder(cfg, kind, data["n_items"])
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98))
     tr = data["train"]
     U, gen = tr["ids"].shape[0], torch.Generator().manual_seed(seed)
-    step = 0
+    step, best = 0, {"val_best": -math.inf, "epoch_best": 0}
+    best_state = None
     model.train()
     for epoch in range(cfg.epochs):
         perm = torch.randperm(U, generator=gen)
@@ -349,8 +389,19 @@ def fit(cfg: Config, data: dict, kind: str, lr: float, seed: int, log=None) -> E
             if log is not None and step % cfg.log_every == 0:
                 log(step, **{"train/loss": value, "train/epoch": float(epoch)})
             step += 1
+        if (epoch + 1) % cfg.eval_every == 0 or epoch + 1 == cfg.epochs:
+            val = score_split(cfg, model, data["val"])[f"ndcg{cfg.k}"]  # eval mode, no grad, no random numbers
+            if log is not None:
+                log(step, **{f"val/ndcg{cfg.k}": val})
+            if val > best["val_best"]:
+                best = {"val_best": float(val), "epoch_best": epoch + 1}
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            model.train()
+    if best_state is None:
+        raise FloatingPointError(f"hstu: no finite validation NDCG for {kind} at lr {lr}")
+    model.load_state_dict(best_state)
     model.eval()
-    return model
+    return model, best
 
 
 def rank_metrics(scores: torch.Tensor, target: torch.Tensor, k: int) -> dict[str, float]:
@@ -378,10 +429,11 @@ def score_split(cfg: Config, model: Encoder, split: dict) -> dict[str, float]:
 
 
 def tune_all(cfg: Config, data: dict) -> dict:
-    """Every variant's Adam lr from cfg.lr_grid on seed cfg.tune_seed, by validation NDCG@k (ties to the smaller lr)."""
+    """Every variant's Adam lr from cfg.lr_grid on seed cfg.tune_seed, by validation NDCG@k (ties to the smaller lr), each
+    lr's fit at its best validation epoch (fit's rule)."""
     out = {}
     for kind in VARIANTS:
-        scores = [score_split(cfg, fit(cfg, data, kind, lr, cfg.tune_seed), data["val"])[f"ndcg{cfg.k}"] for lr in cfg.lr_grid]
+        scores = [fit(cfg, data, kind, lr, cfg.tune_seed)[1]["val_best"] for lr in cfg.lr_grid]
         i = best_index(scores)
         out[kind] = {"lr": cfg.lr_grid[i], "grid_edge": grid_edge(i, len(cfg.lr_grid)), "val_scores": scores}
     return out
@@ -454,10 +506,12 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     if variant not in VARIANTS:
         raise ValueError(f"hstu: unknown variant {variant!r}")
     tu = data["tuning"][variant]
-    model = fit(cfg, data, variant, tu["lr"], seed, log)
+    model, best = fit(cfg, data, variant, tu["lr"], seed, log)
     return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}, "kind": variant,
             "n_items": int(data["n_items"]), "timing": time_ratios(cfg, variant, int(data["n_items"]), seed),
-            "tuning": {"tuned_lr": float(tu["lr"]), "grid_edge": float(tu["grid_edge"])}}
+            "tuning": {"tuned_lr": float(tu["lr"]), "grid_edge": float(tu["grid_edge"]),
+                       "epoch_best": float(best["epoch_best"]),
+                       "epoch_grid_edge": float(best["epoch_best"] == cfg.epochs)}}
 
 
 def load(cfg: Config, record: dict) -> Encoder:
@@ -478,6 +532,9 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
     out.update({f"val_{k}": v for k, v in score_split(cfg, enc, data["val"]).items()})
     out["rab_share"] = rab_share(enc, data["test"])
     out["rab_use"] = rab_use(cfg, enc, data["test"], out[f"ndcg{cfg.k}"])
+    k = cfg.k  # the popularity ranker's scores (the same for every variant) and the margin over it
+    out[f"pop_ndcg{k}"], out[f"val_pop_ndcg{k}"] = data["pop"]["test"][f"ndcg{k}"], data["pop"]["val"][f"ndcg{k}"]
+    out["ndcg_over_pop"] = out[f"ndcg{k}"] - out[f"pop_ndcg{k}"]
     out["n_params"] = float(sum(v.numel() for k, v in model["state"].items() if not k.startswith(("item.", "pos."))))
     out.update(model["timing"])
     out.update(model["tuning"])
@@ -493,23 +550,36 @@ def comparisons(cfg: Config) -> list[Comparison]:
     mech = Gate(f"the relative time/position bias is used: the trained HSTU loses more than {RAB_MIN:.0%} of its test "
                 f"NDCG@{k} when its position and time-bucket weights are set to 0, rab_use > {RAB_MIN:g}",
                 variant="hstu", metric="rab_use", above=RAB_MIN, kind="mechanism")
-    edges = (edge_gate("hstu"), edge_gate("sasrec"))
+    pop = Gate(f"SASRec learns more than item popularity: its test NDCG@{k} minus the popularity ranker's (training "
+               "counts, the same full-catalogue ranking) is above 0, ndcg_over_pop > 0", variant="sasrec",
+               metric="ndcg_over_pop", above=0.0, kind="precondition")
+
+    def edges(*variants: str) -> tuple[Gate, ...]:
+        """Per variant: the tuned lr inside its grid, and the best validation epoch before the cap (a best epoch at the
+        cap means more training might help that variant; "grid_edge" in the metric makes the gate directional)."""
+        return tuple(g for v in variants for g in (
+            edge_gate(v), Gate(f"{v}: best validation epoch before the cap of {cfg.epochs} epochs", variant=v,
+                               metric="epoch_grid_edge", below=0.5, kind="grid_edge")))
+
+    edges_hs = edges("hstu", "sasrec")
     rows = [
-        Comparison(f"ndcg{k}", "hstu", "sasrec", better="higher", role="headline", gates=(mech,) + edges,
+        Comparison(f"ndcg{k}", "hstu", "sasrec", better="higher", role="headline", gates=(mech, pop) + edges_hs,
                    text=f"HSTU's next-item NDCG@{k} (full-catalogue ranking, last action of each user) above SASRec's at "
                         "equal depth and width",
                    refuted_if=f"the paired 95% interval of NDCG@{k} (HSTU - SASRec) lies below 0 (SASRec better), with "
-                              "both lrs inside their grids and the relative bias measurably used"),
-        Comparison(f"hr{k}", "hstu", "sasrec", better="higher", role="secondary", gates=edges,
+                              "both lrs inside their grids, both best validation epochs before the cap, SASRec above "
+                              "the popularity ranker and the relative bias measurably used"),
+        Comparison(f"hr{k}", "hstu", "sasrec", better="higher", role="secondary", gates=edges_hs,
                    text=f"HSTU's HR@{k} above SASRec's"),
-        Comparison(f"time_rel_L{L}", "hstu", "sasrec", better="lower", role="secondary",
-                   text=f"throughput at length {L}: HSTU's encoder forward time relative to SASRec's below SASRec's A/A "
-                        "ratio (one CPU thread, interleaved in one process, random weights)"),
-        Comparison(f"ndcg{k}", "hstu", "hstu_norab", better="higher", role="secondary", gates=(edge_gate("hstu"), edge_gate("hstu_norab")),
+        Comparison(f"ndcg{k}", "hstu", "hstu_norab", better="higher", role="secondary", gates=edges("hstu", "hstu_norab"),
                    text="ablation: the relative time/position bias (the only path of the timestamps) raises HSTU's NDCG"),
-        Comparison(f"ndcg{k}", "hstu_norab", "sasrec", better="higher", role="control",
-                   gates=(edge_gate("hstu_norab"), edge_gate("sasrec")),
+        Comparison(f"ndcg{k}", "hstu_norab", "sasrec", better="higher", role="control", gates=edges("hstu_norab", "sasrec"),
                    text="HSTU without the bias (no timestamps, no relative positions) against SASRec"),
+        Comparison(f"time_rel_L{L}", "hstu", "sasrec", better="lower", role="control",
+                   text=f"implementation throughput at length {L}, not the paper's kernel claim: our unfused eager-PyTorch "
+                        "HSTU (bias gather, SiLU, mask and matmul materialised) against SASRec's fused attention kernel "
+                        "(F.scaled_dot_product_attention), encoder forward time relative to SASRec's below SASRec's A/A "
+                        "ratio (one CPU thread, interleaved in one process, random weights)"),
         Comparison(f"ndcg{k}", "hstu", "sasrec", better="higher", stage="compressed", level=level_name(cfg.compare_level),
                    role="control", text=f"after magnitude pruning to {cfg.compare_level:.0%}, HSTU still above SASRec"),
     ]
@@ -532,8 +602,8 @@ SPEC = register_paper(PaperSpec(
          "timestamps; movies rated >= 5 times: 3,496); each user's time-sorted ratings, leave-last-out (last = test, "
          "second to last = validation), the 32 most recent actions kept; full-catalogue ranking",
     substitutions="Paper: ML-1M / ML-20M / Amazon Books and industrial data, sequences of 200+ (8192 for timing), fused GPU "
-                  "kernels. Here: the 100k MovieLens set that installs offline, d = 32, 2 layers, 1 head, 32 actions, 8 "
-                  "epochs (no early stopping), sampled softmax with 128 shared negatives, Adam lr chosen "
+                  "kernels. Here: the 100k MovieLens set that installs offline, d = 32, 2 layers, 1 head, 32 actions, up to 32 "
+                  "epochs with the best validation epoch kept, sampled softmax with 128 shared negatives, Adam lr chosen "
                   "on validation from a 4-value grid per variant; throughput on one CPU thread in eager PyTorch at short "
                   "lengths, as a ratio to SASRec measured interleaved",
     compression="global magnitude pruning of every weight matrix (embeddings included) at 50% / 80%, no retraining",

@@ -43,10 +43,11 @@ AUC(x_min), test) is larger for multi-embedding than for single-embedding, paire
 embedding collapse, measured): the single-embedding model's normalised abundance falls as its size grows, nia_drop =
 1 - nIA(x_max) / nIA(x_min) > cfg.collapse_min (a Gaussian random table of these shapes falls by ~0.1; collapse_min =
 0.25). Grid-edge gates on both families. Secondary (Holm): multi's nIA at the largest size above single's (collapse
-mitigated); the same gain row on ticdata; AUC at the largest size. Controls: the multi_shared ablation (gain of multi above
-multi_shared's), compressed AUC at the largest size. Facts: parameters at the largest size; AUC at x1 (SE = ME by
-construction). Compression: global magnitude pruning (paperflow.compress.magnitude) of every weight matrix of every size's
-model (embedding tables included) at cfg.sparsities, no retraining.
+mitigated); the same gain row on ticdata. Controls: the multi_shared ablation (gain of multi above multi_shared's), AUC at
+the largest size (dense and compressed). Facts: parameters at the largest size; AUC at x1 (SE = ME by construction).
+Amendment 1 adds a headroom precondition and a second mechanism gate (below). Compression: global magnitude pruning
+(paperflow.compress.magnitude) of every weight matrix of every size's model (embedding tables included) at
+cfg.sparsities, no retraining.
 
 What the data can and cannot show (measured in review, issue 31, validation AUC only; not used by any stage): MovieLens CTR
 with these six fields leaves no room for larger embeddings: on seed 0 at lr 0.003 the validation AUC is the same at 1 and
@@ -54,6 +55,29 @@ with these six fields leaves no room for larger embeddings: on seed 0 at lr 0.00
 rows), and every trained table has an IA of ~1.5-2.5 whatever its width: the signal is close to first order. So nia_drop
 measures that low rank as much as an interaction-driven collapse (multi's nIA falls as far as single's). On TIC, 12 of the
 42 product-ownership fields have at most 4 levels, so min(rows, width) is the same at x1 and x4 and their nIA cannot fall.
+
+Amendment 1 (session 4, after the review of issue 31). Why: the review found that the setting cannot test the claim and
+that the mechanism gate does not discriminate: on validation (the review's probe, seed 0, lr 0.003) MovieLens rewards no
+embedding size (single 0.7559 -> 0.7546, multi 0.7559 -> 0.7562 from x1 to x4; 0.7863 at 1 dim per field vs 0.7851 at 8,
+80,000 rows), and the logged nia_drop of the first default run was 0.54 single, 0.62 multi, 0.64 multi_shared (multi's
+abundance fell further, nia_max 0.141 multi vs 0.170 single), so the collapse gate passed on the data's low rank rather
+than on a single-embedding-specific collapse. What had been seen: that run's test readings (test_seed 2025): auc_gain
+-0.0016 single, +0.0001 multi, +0.0002 multi_shared, headline delta +0.00178 [-0.00147, +0.00503] (inconclusive), shown
+twice since the "AUC at x4" secondary repeats it. Changes: (a) a precondition gate on the headline, headroom = the largest
+over the three MovieLens designs of the validation-AUC gain x_min -> x_max at each design's tuned lr on the tuning seed
+(computed from the tuning fits prepare already runs, so no added job time; logged as dense/headroom by every run, beside
+each run's own val_auc_x*/val_gain), > cfg.headroom_min = 0.002. The threshold is fixed by reasoning: 0.002 AUC is about
+one seed's sd of a size-to-size gain (the review's seed-0 validation gains of -0.0013 / +0.0003 are of that order), so a
+best design gaining less gives no measurable reward for size; it is a max over designs so that it is not the claim itself
+(the paper expects single, and multi_shared, to gain little). If it fails the headline reads "not testable" with the value.
+(b) A second mechanism gate, the contrast the paper's mechanism implies: multi-embedding's nIA falls less than single's
+(Comparison nia_drop, multi below single, must come out reproduced); the issue's single-embedding nia_drop gate is kept.
+With equal x1 networks this contrast is close to the "collapse mitigated" secondary, which is kept as the paper's claim.
+(c) The "AUC at x4" row becomes a control (it repeated the headline and diluted Holm). (d) test_seed re-drawn 2025 -> 6131
+(a value no probe printed; it re-draws the training and validation rows too). Sizes and job time unchanged. Next step, not
+built for lack of time: a generated CTR table with high-rank pairwise interactions (review finding 1b: ~16-20 Zipf fields,
+labels from rank-16-32 teacher embeddings, a test seed apart from generation) as the headline's data, keeping MovieLens as
+the real-data row under the same headroom gate; on MovieLens as built the headline is expected to read "not testable".
 """
 from __future__ import annotations
 
@@ -96,10 +120,13 @@ class Config:
     test_frac: float = 0.1  # MovieLens rows held out as test (test_seed)
     val_frac: float = 0.15  # validation share of the TIC training customers
     data_seed: int = 0
-    test_seed: int = 2025  # MovieLens test rows, never read by tuning (probes read 2024); TIC: the challenge's test set
+    test_seed: int = 6131  # MovieLens test rows, never read by tuning (probes read 2024; the first default run's test
+    # numbers at 2025 were seen: amendment 1 re-drew it); TIC: the challenge's test set
     tune_seed: int = 1000
     positive_rating: float = 4.0  # MovieLens CTR label: rating >= this
     collapse_min: float = 0.25  # mechanism: single's nIA falls by more than this from the smallest to the largest size
+    headroom_min: float = 0.002  # precondition (amendment 1): the best MovieLens design's validation-AUC gain from the
+    # smallest to the largest size (tuning seed) must exceed this, about one seed's sd of a gain
     sparsities: tuple = (0.5, 0.8)
     compare_level: float = 0.5
     log_every: int = 50
@@ -122,6 +149,7 @@ class Config:
                   f"lr_grid and tic_lr_grid must be positive and ascending, got {grid}")
         check(0 < self.test_frac < 0.5 and 0 < self.val_frac < 0.5, "test_frac, val_frac in (0, 0.5)")
         check(0 < self.collapse_min < 1, "collapse_min in (0, 1)")
+        check(0 <= self.headroom_min < 1, "headroom_min in [0, 1)")
         check(all(0 <= s < 1 for s in self.sparsities), f"sparsities must be in [0, 1), got {self.sparsities}")
         check(self.compare_level in self.sparsities, f"compare_level must be one of sparsities {self.sparsities}")
         check(self.log_every >= 1, "log_every >= 1")
@@ -305,14 +333,20 @@ def _split(x, y, vocab, tr, va, te, batch_size: int, epochs: int) -> dict:
 
 def tune_all(cfg: Config, data: dict) -> dict:
     """Each variant's lr from its data set's grid (cfg.lr_grid, cfg.tic_lr_grid) on the tuning seed: the best mean
-    validation AUC over the sizes, ties to the smaller lr."""
+    validation AUC over the sizes, ties to the smaller lr. Also each data set's headroom (amendment 1): the largest,
+    over its designs, validation-AUC gain from the smallest to the largest size at the design's tuned lr (tuning seed;
+    validation only)."""
     out = {}
     for variant in VARIANTS:
         ds, design = data[DATASET[variant]], DESIGN[variant]
         grid = cfg.lr_grid if DATASET[variant] == "ml" else cfg.tic_lr_grid
-        scores = [float(np.mean([fit(cfg, ds, design, k, lr, cfg.tune_seed)[1] for k in cfg.sizes])) for lr in grid]
+        by_size = [[fit(cfg, ds, design, k, lr, cfg.tune_seed)[1] for k in cfg.sizes] for lr in grid]
+        scores = [float(np.mean(v)) for v in by_size]
         i = best_index(scores)
-        out[variant] = {"lr": grid[i], "grid_edge": grid_edge(i, len(grid)), "val_scores": scores}
+        out[variant] = {"lr": grid[i], "grid_edge": grid_edge(i, len(grid)), "val_scores": scores,
+                        "val_gain": float(by_size[i][-1] - by_size[i][0])}
+    for variant in VARIANTS:
+        out[variant]["headroom"] = max(out[v]["val_gain"] for v in VARIANTS if DATASET[v] == DATASET[variant])
     return out
 
 
@@ -325,26 +359,30 @@ def train(cfg: Config, data: dict, variant: str, seed: int, log) -> dict:
     if variant not in VARIANTS:
         raise ValueError(f"multi_embedding: unknown variant {variant!r}")
     ds, design, tu = data[DATASET[variant]], DESIGN[variant], data["tuning"][variant]
-    models = {}
+    models, val = {}, {}
     for k in cfg.sizes:
-        models[f"x{k}"], _ = fit(cfg, ds, design, k, tu["lr"], seed, log)
-    return {"models": models, "dataset": DATASET[variant],
-            "tuning": {"tuned_lr": float(tu["lr"]), "grid_edge": float(tu["grid_edge"])}}
+        models[f"x{k}"], val[f"val_auc_x{k}"] = fit(cfg, ds, design, k, tu["lr"], seed, log)
+    lo, hi = cfg.sizes[0], cfg.sizes[-1]
+    val["val_gain"] = val[f"val_auc_x{hi}"] - val[f"val_auc_x{lo}"]
+    return {"models": models, "dataset": DATASET[variant], "val": val,
+            "tuning": {"tuned_lr": float(tu["lr"]), "grid_edge": float(tu["grid_edge"]), "headroom": float(tu["headroom"])}}
 
 
 def compress(cfg: Config, model: dict, data: dict, variant: str, seed: int) -> dict:
     """Global magnitude pruning (paperflow.compress.magnitude) of every weight matrix (embedding tables included, biases
     kept) of each size's model at each of cfg.sparsities, no retraining."""
     out: dict[str, dict] = {}
+    kept = {key: v for key, v in model.items() if key != "val"}  # the dense model's validation AUCs stay with it
     for name, params in model["models"].items():
         for level, pruned in magnitude_levels(params, cfg.sparsities).items():
-            out.setdefault(level, {**model, "models": {}})["models"][name] = pruned
+            out.setdefault(level, {**kept, "models": {}})["models"][name] = pruned
     return out
 
 
 def evaluate(cfg: Config, model: dict, data: dict) -> dict:
     """Test AUC and (normalised) information abundance of every size, the gain from the smallest to the largest size,
-    the single-embedding collapse nia_drop, parameters at the largest size."""
+    the single-embedding collapse nia_drop, parameters at the largest size; the dense model's validation AUCs and
+    val_gain (from train) and the data set's headroom (tuning seed, validation)."""
     ds = data[model["dataset"]]
     n_hidden = len(cfg.hidden)
     out = {}
@@ -359,6 +397,7 @@ def evaluate(cfg: Config, model: dict, data: dict) -> dict:
     out["auc_max"], out["nia_max"] = out[f"auc_x{hi}"], out[f"nia_x{hi}"]
     out["nia_drop"] = 1.0 - out[f"nia_x{hi}"] / out[f"nia_x{lo}"]
     out["n_params"] = float(sum(t.numel() for t in model["models"][f"x{hi}"].values()))
+    out.update(model.get("val", {}))
     out.update(model["tuning"])
     return out
 
@@ -373,21 +412,31 @@ def comparisons(cfg: Config) -> list[Comparison]:
     collapse = Gate(f"embedding collapse is present: the single-embedding model's normalised information abundance falls "
                     f"by more than {cfg.collapse_min:.0%} from x{lo} to x{hi} (nia_drop > {cfg.collapse_min:g})",
                     variant="single", metric="nia_drop", above=cfg.collapse_min, kind="mechanism")
+    # amendment 1: the setting must reward embedding size at all (validation), and the collapse must be the paper's
+    # single-embedding-specific one (multi's abundance falls less than single's), not the data's low rank
+    headroom = Gate(f"scaling can help here: the best MovieLens design's validation-AUC gain from x{lo} to x{hi} (tuning "
+                    f"seed, each design at its tuned lr) exceeds {cfg.headroom_min:g} (about one seed's sd of a gain)",
+                    variant="multi_shared", metric="headroom", above=cfg.headroom_min)
+    specific = Gate("the collapse is specific to the single embedding: multi-embedding's normalised abundance falls less "
+                    f"from x{lo} to x{hi} than single's (nia_drop multi < single, paired over seeds)",
+                    comparison=Comparison("nia_drop", "multi", "single", better="lower"), kind="mechanism")
     rows = [
         Comparison("auc_gain", "multi", "single", better="higher", role="headline",
-                   gates=(collapse, edge_gate("multi"), edge_gate("single")),
+                   gates=(headroom, collapse, specific, edge_gate("multi"), edge_gate("single")),
                    text=f"MovieLens CTR: the test-AUC gain from scaling the embeddings {span} is larger for multi-embedding "
                         "than for a single embedding of the same size",
                    refuted_if="the paired 95% interval of the gain difference (multi - single) lies below 0: a single "
-                              "embedding scales better, with embedding collapse present and both lrs inside their grids"),
+                              "embedding scales better, with validation headroom from scaling, a single-embedding-specific "
+                              "collapse present and both lrs inside their grids"),
         Comparison("nia_max", "multi", "single", better="higher", role="secondary", gates=(edge_gate("multi"), edge_gate("single")),
                    text=f"collapse mitigated: at x{hi}, multi-embedding's normalised information abundance above single's"),
         Comparison("auc_gain", "multi_tic", "single_tic", better="higher", role="secondary",
                    gates=(Gate(f"collapse present on TIC: single_tic's nia_drop > {cfg.collapse_min:g}", variant="single_tic",
                                metric="nia_drop", above=cfg.collapse_min), edge_gate("multi_tic"), edge_gate("single_tic")),
                    text=f"TIC (CoIL 2000 caravan policies): the AUC gain {span} larger for multi-embedding"),
-        Comparison("auc_max", "multi", "single", better="higher", role="secondary", gates=(edge_gate("multi"), edge_gate("single")),
-                   text=f"MovieLens: test AUC at x{hi}, multi above single"),
+        Comparison("auc_max", "multi", "single", better="higher", role="control", gates=(edge_gate("multi"), edge_gate("single")),
+                   text=f"MovieLens: test AUC at x{hi}, multi above single (a control since amendment 1: with equal x{lo} "
+                        "networks and lrs it repeats the headline's difference)"),
         Comparison("auc_gain", "multi", "multi_shared", better="higher", role="control",
                    gates=(edge_gate("multi"), edge_gate("multi_shared")),
                    text="ablation: set-specific interaction and first layers give a larger gain than the same embedding "
